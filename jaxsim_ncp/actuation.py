@@ -1,0 +1,128 @@
+"""Actuators: joint transmission, activation dynamics, affine force generation (mj_fwdActuation).
+
+force = gain * input + bias with gain = g0 + g1 l + g2 dl/dt (affine) or g0 (fixed),
+bias = b0 + b1 l + b2 dl/dt (affine) or 0; input is ctrl, or the activation for
+stateful actuators (integrator: act_dot = ctrl; filter: act_dot = (ctrl - act) / tau).
+Transmissions are hinge/slide joints: length l = gear * q, moment = gear.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .types import BiasType, Data, DynType, GainType, Model
+
+MINVAL = 1e-15  # mjMINVAL
+
+
+def _indices(model: Model):
+    topo = model.topology
+    jnt = np.asarray(topo.actuator_trnid, dtype=np.int64)
+    return (
+        np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt],
+        np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt],
+    )
+
+
+def _time_constant(model: Model):
+    return jnp.maximum(MINVAL, model.actuator_dynprm[:, 0])
+
+
+def next_activation(model: Model, act, act_dot):
+    """Activation after one timestep (mj_nextActivation): Euler or exact filter, then actrange clamp."""
+    topo = model.topology
+    stateful = np.nonzero(np.asarray(topo.actuator_dyntype) != DynType.NONE)[0]
+    if len(stateful) == 0:
+        return act
+    adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
+    h = model.opt.timestep
+    tau = _time_constant(model)[stateful]
+    exact = np.asarray(topo.actuator_dyntype)[stateful] == DynType.FILTEREXACT
+    step = jnp.where(exact, tau * (1.0 - jnp.exp(-h / tau)), h)
+    new = act[adr] + act_dot[adr] * step
+    limited = np.asarray(topo.actuator_actlimited)[stateful]
+    lo, hi = model.actuator_actrange[stateful, 0], model.actuator_actrange[stateful, 1]
+    new = jnp.where(limited, jnp.clip(new, lo, hi), new)
+    return act.at[adr].set(new)
+
+
+def clamped_ctrl(model: Model, ctrl):
+    """ctrl clamped to ctrlrange where ctrllimited (unless the "clampctrl" flag is disabled)."""
+    if model.opt.disabled("clampctrl") or model.nu == 0:
+        return ctrl
+    limited = np.asarray(model.topology.actuator_ctrllimited)
+    lo, hi = model.actuator_ctrlrange[:, 0], model.actuator_ctrlrange[:, 1]
+    return jnp.where(limited, jnp.clip(ctrl, lo, hi), ctrl)
+
+
+def actuation(model: Model, data: Data) -> Data:
+    """actuator_length/velocity/force, act_dot and qfrc_actuator."""
+    topo = model.topology
+    zeros_v = jnp.zeros(model.nv, model.dtype)
+    if model.nu == 0:
+        return data.replace(qfrc_actuator=zeros_v)
+    qadr, dadr = _indices(model)
+    gear = model.actuator_gear[:, 0]
+    length = gear * data.qpos[qadr]
+    velocity = gear * data.qvel[dadr]
+    ctrl = clamped_ctrl(model, data.ctrl)
+
+    dyntype = np.asarray(topo.actuator_dyntype)
+    stateful = dyntype != DynType.NONE
+    adr = np.where(stateful, np.asarray(topo.actuator_actadr, dtype=np.int64), 0)
+    act = data.act[adr] if model.na else jnp.zeros(model.nu, model.dtype)
+    rate = jnp.where(dyntype == DynType.INTEGRATOR, ctrl, (ctrl - act) / _time_constant(model))
+    act_dot = data.act_dot
+    if model.na:
+        act_dot = jnp.zeros(model.na, model.dtype).at[adr[stateful]].set(rate[stateful])
+
+    if model.opt.disabled("actuation"):
+        return data.replace(
+            actuator_length=length, actuator_velocity=velocity, actuator_force=jnp.zeros(model.nu, model.dtype),
+            act_dot=act_dot, qfrc_actuator=zeros_v,
+        )
+
+    inp = ctrl
+    if model.na:
+        early = np.asarray(topo.actuator_actearly)
+        act_next = next_activation(model, data.act, act_dot)[adr] if early.any() else act
+        inp = jnp.where(stateful, jnp.where(early, act_next, act), ctrl)
+
+    g, b = model.actuator_gainprm, model.actuator_biasprm
+    gain = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE,
+                     g[:, 0] + g[:, 1] * length + g[:, 2] * velocity, g[:, 0])
+    bias = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE,
+                     b[:, 0] + b[:, 1] * length + b[:, 2] * velocity, 0.0)
+    force = gain * inp + bias
+    limited = np.asarray(topo.actuator_forcelimited)
+    force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
+
+    qfrc = zeros_v.at[dadr].add(gear * force)
+    jnt_limited = np.asarray(topo.jnt_actfrclimited, dtype=bool)
+    if jnt_limited.any():
+        jnt = np.nonzero(jnt_limited)[0]
+        d = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
+        qfrc = qfrc.at[d].set(jnp.clip(qfrc[d], model.jnt_actfrcrange[jnt, 0], model.jnt_actfrcrange[jnt, 1]))
+    return data.replace(
+        actuator_length=length, actuator_velocity=velocity, actuator_force=force,
+        act_dot=act_dot, qfrc_actuator=qfrc,
+    )
+
+
+def actuator_velocity_derivative(model: Model, data: Data):
+    """d qfrc_actuator / d qvel for affine gain/bias (mjd_actuator_vel): moment^T diag(g2 u + b2) moment."""
+    if model.nu == 0 or model.opt.disabled("actuation"):
+        return jnp.zeros((model.nv, model.nv), model.dtype)
+    topo = model.topology
+    _, dadr = _indices(model)
+    gear = model.actuator_gear[:, 0]
+    dyntype = np.asarray(topo.actuator_dyntype)
+    adr = np.where(dyntype != DynType.NONE, np.asarray(topo.actuator_actadr, dtype=np.int64), 0)
+    inp = clamped_ctrl(model, data.ctrl)
+    if model.na:
+        inp = jnp.where(dyntype != DynType.NONE, data.act[adr], inp)
+    g2 = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE, model.actuator_gainprm[:, 2], 0.0)
+    b2 = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE, model.actuator_biasprm[:, 2], 0.0)
+    moment = jnp.zeros((model.nu, model.nv), model.dtype).at[np.arange(model.nu), dadr].set(gear)
+    return moment.T @ ((g2 * inp + b2)[:, None] * moment)

@@ -1,0 +1,1 @@
+"""Primitive collision detection comes with the contact issue."""

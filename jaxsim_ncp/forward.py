@@ -1,0 +1,107 @@
+"""The pipeline: forward(), step(), rollout(), in MuJoCo's stage order.
+
+forward: kinematics -> com -> inertia -> velocities -> passive -> bias -> actuation
+-> smooth acceleration (constraint solve comes with the contact issue).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+from . import actuation, passive, smooth
+from .integrate import fixed
+from .types import Data, Model
+
+
+def forward(model: Model, data: Data) -> Data:
+    """Fill every derived quantity of `data` and the acceleration qacc (mj_forward)."""
+    data = smooth.kinematics(model, data)
+    data = smooth.com_pos(model, data)
+    data = smooth.crb(model, data)
+    data = smooth.com_vel(model, data)
+    data = passive.passive(model, data)
+    data = smooth.rne(model, data)
+    data = actuation.actuation(model, data)
+    qfrc_smooth = (
+        data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
+        + smooth.xfrc_to_qfrc(model, data)
+    )
+    if model.nv:
+        qacc_smooth = jsl.cho_solve(jsl.cho_factor(data.qM, lower=True), qfrc_smooth)
+    else:
+        qacc_smooth = qfrc_smooth
+    return data.replace(
+        qfrc_smooth=qfrc_smooth,
+        qacc_smooth=qacc_smooth,
+        qacc=qacc_smooth,
+        qfrc_constraint=jnp.zeros_like(qfrc_smooth),
+    )
+
+
+def _all_finite(*arrays) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
+
+
+def step(model: Model, data: Data) -> Data:
+    """Advance one timestep with the model's integrator (mj_step).
+
+    A world whose controls or new state are non-finite gets `diverged=True` and keeps
+    its last finite state, so one bad world in a vmapped batch never spreads NaN.
+    """
+    data = forward(model, data)
+    integrator = model.opt.integrator
+    if integrator == "euler":
+        new = fixed.euler(model, data)
+    elif integrator == "implicitfast":
+        new = fixed.implicitfast(model, data)
+    elif integrator == "rk4":
+        new = fixed.rk4(model, data, forward)
+    else:
+        raise ValueError(f"unknown integrator {integrator!r}")
+    bad = data.diverged | ~_all_finite(data.ctrl, data.qfrc_applied, data.xfrc_applied, new.qpos, new.qvel, new.act)
+    keep = lambda old, fresh: jnp.where(bad, old, fresh)  # noqa: E731
+    return new.replace(
+        qpos=keep(data.qpos, new.qpos),
+        qvel=keep(data.qvel, new.qvel),
+        act=keep(data.act, new.act),
+        diverged=bad,
+    )
+
+
+def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int = False) -> tuple[Data, Data]:
+    """Apply ctrl[t] and step, for t = 0..T-1 (lax.scan). Returns (final, traj).
+
+    traj is a Data with a leading T axis: traj[t] is the Data returned by the t-th step.
+    checkpoint=True rematerializes each step in the backward pass (memory O(T) states,
+    not O(T) full Data); checkpoint=k (int > 1) also scans in checkpointed chunks of k
+    steps, so reverse mode stores only T/k carries plus one chunk.
+    """
+    ctrl = jnp.asarray(ctrl, dtype=data.ctrl.dtype)
+    if ctrl.ndim != 2 or ctrl.shape[1] != model.nu:
+        raise ValueError(f"ctrl must have shape (T, nu={model.nu}), got {ctrl.shape}")
+
+    def body(d, u):
+        d = step(model, d.replace(ctrl=u))
+        return d, d
+
+    if checkpoint is False or checkpoint is None:
+        return jax.lax.scan(body, data, ctrl)
+    body = jax.checkpoint(body)
+    if checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):
+        return jax.lax.scan(body, data, ctrl)
+
+    k = int(checkpoint)
+    n_chunks, rem = divmod(ctrl.shape[0], k)
+
+    @jax.checkpoint
+    def chunk(d, u_chunk):
+        return jax.lax.scan(body, d, u_chunk)
+
+    final, traj = jax.lax.scan(chunk, data, ctrl[: n_chunks * k].reshape(n_chunks, k, model.nu))
+    traj = jax.tree.map(lambda x: x.reshape((n_chunks * k,) + x.shape[2:]), traj)
+    if rem:
+        final, tail = jax.lax.scan(body, final, ctrl[n_chunks * k :])
+        traj = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), traj, tail)
+    return final, traj

@@ -1,0 +1,323 @@
+"""MJCF / mujoco.MjModel -> Model, with clear errors for what we do not simulate."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+from .types import (
+    BiasType,
+    DynType,
+    GainType,
+    JointType,
+    Model,
+    Option,
+    Topology,
+    UnsupportedFeatureError,
+    default_dtype,
+)
+
+
+class MJCFError(ValueError):
+    """The MJCF could not be read or compiled (message from the MuJoCo compiler)."""
+
+
+_INTEGRATORS = {
+    int(mujoco.mjtIntegrator.mjINT_EULER): "euler",
+    int(mujoco.mjtIntegrator.mjINT_RK4): "rk4",
+    int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): "implicitfast",
+}
+_SUPPORTED_INTEGRATORS = ("euler", "implicitfast", "rk4")
+_CONE = {int(mujoco.mjtCone.mjCONE_PYRAMIDAL): "pyramidal", int(mujoco.mjtCone.mjCONE_ELLIPTIC): "elliptic"}
+_DISABLE_NAMES = {
+    int(getattr(mujoco.mjtDisableBit, name)): name[len("mjDSBL_") :].lower()
+    for name in dir(mujoco.mjtDisableBit)
+    if name.startswith("mjDSBL_") and name != "mjNDISABLE"
+}
+# overrides accepted by load_mjcf / from_mujoco that later issues implement
+_NOT_YET = ("cfd", "kappa", "kappa_grad", "rtol", "atol")
+
+
+def load_mjcf(path_or_xml: str | os.PathLike, **overrides) -> Model:
+    """Compile an MJCF file path or XML string with MuJoCo and convert it (see `from_mujoco`)."""
+    text = os.fspath(path_or_xml)
+    try:
+        if text.lstrip().startswith("<"):
+            mj_model = mujoco.MjModel.from_xml_string(text)
+        else:
+            path = pathlib.Path(text)
+            if not path.is_file():
+                raise FileNotFoundError(f"MJCF file not found: {path}")
+            mj_model = mujoco.MjModel.from_xml_path(str(path))
+    except ValueError as err:  # mujoco reports parse and compile errors as ValueError
+        raise MJCFError(f"MuJoCo could not compile the MJCF: {err}") from err
+    return from_mujoco(mj_model, **overrides)
+
+
+def from_mujoco(
+    m: mujoco.MjModel,
+    *,
+    timestep: float | None = None,
+    integrator: str | None = None,
+    solver: str = "newton",
+    iterations: int | None = None,
+    ls_iterations: int | None = None,
+    cone: str | None = None,
+    dtype=None,
+    **later,
+) -> Model:
+    """Convert a compiled mujoco.MjModel into a jaxsim_ncp Model.
+
+    Raises UnsupportedFeatureError naming the element and attribute of anything the
+    model uses that jaxsim_ncp does not simulate.
+    """
+    for key in later:
+        if key in _NOT_YET:
+            raise UnsupportedFeatureError(f"override {key}= is not implemented yet in this version of jaxsim_ncp")
+        raise TypeError(f"unknown override {key!r}")
+    if solver not in ("newton",):
+        raise UnsupportedFeatureError(f"solver={solver!r} is not implemented yet (available: 'newton')")
+    if integrator is None:
+        integrator = _INTEGRATORS.get(int(m.opt.integrator))
+        if integrator is None:
+            name = mujoco.mjtIntegrator(int(m.opt.integrator)).name
+            raise UnsupportedFeatureError(
+                f"option/integrator ({name}) is not supported; use one of {_SUPPORTED_INTEGRATORS} "
+                "or pass integrator=... to load_mjcf"
+            )
+    if integrator == "adaptive":
+        raise UnsupportedFeatureError("integrator='adaptive' is not implemented yet")
+    if integrator not in _SUPPORTED_INTEGRATORS:
+        raise ValueError(f"integrator must be one of {_SUPPORTED_INTEGRATORS}, got {integrator!r}")
+    if cone is not None and cone not in ("pyramidal", "elliptic"):
+        raise ValueError(f"cone must be 'pyramidal' or 'elliptic', got {cone!r}")
+
+    disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
+    _check_supported(m, disableflags)
+
+    dt = default_dtype() if dtype is None else dtype
+    f = lambda x: jnp.asarray(np.asarray(x, dtype=np.float64), dtype=dt)  # noqa: E731
+
+    opt = Option(
+        timestep=f(m.opt.timestep if timestep is None else timestep),
+        gravity=f(m.opt.gravity),
+        integrator=integrator,
+        solver=solver,
+        iterations=int(m.opt.iterations if iterations is None else iterations),
+        ls_iterations=int(m.opt.ls_iterations if ls_iterations is None else ls_iterations),
+        cone=cone or _CONE[int(m.opt.cone)],
+        disableflags=disableflags,
+    )
+    ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
+    bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
+    names = lambda objtype, n: tuple(mujoco.mj_id2name(m, objtype, i) or "" for i in range(n))  # noqa: E731
+    topology = Topology(
+        body_parentid=ints(m.body_parentid),
+        body_rootid=ints(m.body_rootid),
+        body_jntnum=ints(m.body_jntnum),
+        body_jntadr=ints(m.body_jntadr),
+        jnt_type=ints(m.jnt_type),
+        jnt_bodyid=ints(m.jnt_bodyid),
+        jnt_qposadr=ints(m.jnt_qposadr),
+        jnt_dofadr=ints(m.jnt_dofadr),
+        dof_bodyid=ints(m.dof_bodyid),
+        dof_jntid=ints(m.dof_jntid),
+        geom_bodyid=ints(m.geom_bodyid),
+        geom_type=ints(m.geom_type),
+        actuator_trnid=ints(m.actuator_trnid[:, 0]),
+        actuator_dyntype=ints(m.actuator_dyntype),
+        actuator_gaintype=ints(m.actuator_gaintype),
+        actuator_biastype=ints(m.actuator_biastype),
+        actuator_actadr=ints(m.actuator_actadr),
+        actuator_ctrllimited=bools(m.actuator_ctrllimited),
+        actuator_forcelimited=bools(m.actuator_forcelimited),
+        actuator_actlimited=bools(m.actuator_actlimited),
+        actuator_actearly=bools(m.actuator_actearly),
+        jnt_actfrclimited=bools(m.jnt_actfrclimited),
+        body_names=names(mujoco.mjtObj.mjOBJ_BODY, m.nbody),
+        jnt_names=names(mujoco.mjtObj.mjOBJ_JOINT, m.njnt),
+        geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom),
+        actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
+    )
+    model = Model(
+        nq=int(m.nq),
+        nv=int(m.nv),
+        nu=int(m.nu),
+        na=int(m.na),
+        nbody=int(m.nbody),
+        njnt=int(m.njnt),
+        ngeom=int(m.ngeom),
+        topology=topology,
+        opt=opt,
+        body_pos=f(m.body_pos),
+        body_quat=f(m.body_quat),
+        body_ipos=f(m.body_ipos),
+        body_iquat=f(m.body_iquat),
+        body_mass=f(m.body_mass),
+        body_inertia=f(m.body_inertia),
+        jnt_pos=f(m.jnt_pos),
+        jnt_axis=f(m.jnt_axis),
+        jnt_stiffness=f(m.jnt_stiffness),
+        jnt_actfrcrange=f(m.jnt_actfrcrange),
+        qpos0=f(m.qpos0),
+        qpos_spring=f(m.qpos_spring),
+        dof_damping=f(m.dof_damping),
+        dof_armature=f(m.dof_armature),
+        geom_pos=f(m.geom_pos),
+        geom_quat=f(m.geom_quat),
+        geom_size=f(m.geom_size),
+        geom_friction=f(m.geom_friction),
+        geom_solref=f(m.geom_solref),
+        geom_solimp=f(m.geom_solimp),
+        geom_margin=f(m.geom_margin),
+        geom_gap=f(m.geom_gap),
+        geom_rbound=f(m.geom_rbound),
+        actuator_gear=f(m.actuator_gear),
+        actuator_gainprm=f(m.actuator_gainprm),
+        actuator_biasprm=f(m.actuator_biasprm),
+        actuator_dynprm=f(m.actuator_dynprm),
+        actuator_ctrlrange=f(m.actuator_ctrlrange),
+        actuator_forcerange=f(m.actuator_forcerange),
+        actuator_actrange=f(m.actuator_actrange),
+    )
+    check_model(model)
+    return model
+
+
+def check_model(model: Model) -> None:
+    """Raise ValueError naming the first non-physical parameter (host-side check).
+
+    Call it after editing parameters with `eqx.tree_at` outside of traced code.
+    """
+    for name, value in vars(model).items():
+        if hasattr(value, "dtype") and not bool(np.all(np.isfinite(np.asarray(value)))):
+            raise ValueError(f"model parameter {name} has non-finite values")
+    for name in ("timestep", "gravity"):
+        if not bool(np.all(np.isfinite(np.asarray(getattr(model.opt, name))))):
+            raise ValueError(f"model parameter opt.{name} is not finite")
+    if not float(model.opt.timestep) > 0:
+        raise ValueError(f"opt.timestep must be positive, got {float(model.opt.timestep)}")
+    mass = np.asarray(model.body_mass)
+    inertia = np.asarray(model.body_inertia)
+    moving = np.asarray(model.topology.body_dof_chain).any(axis=1)
+    for b in np.nonzero(moving)[0]:
+        name = model.topology.body_names[b] or f"#{b}"
+        if mass[b] <= 0:
+            raise ValueError(f"body {name!r} has non-positive body_mass {mass[b]}")
+        i1, i2, i3 = inertia[b]
+        if min(i1, i2, i3) < 0 or i1 + i2 < i3 or i1 + i3 < i2 or i2 + i3 < i1:
+            raise ValueError(f"body {name!r} has an invalid body_inertia {inertia[b]} (negative or violating the triangle inequality)")
+    for name in ("dof_damping", "dof_armature", "jnt_stiffness"):
+        if np.any(np.asarray(getattr(model, name)) < 0):
+            raise ValueError(f"model parameter {name} must be non-negative")
+
+
+# ------------------------------------------------------------------ feature checks
+
+
+def _name(m: mujoco.MjModel, objtype, i: int) -> str:
+    return mujoco.mj_id2name(m, objtype, i) or f"#{i}"
+
+
+def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
+    def unsupported(what: str):
+        raise UnsupportedFeatureError(f"{what} is not supported by jaxsim_ncp yet")
+
+    counts = {
+        "nmocap": "mocap bodies (body/mocap)",
+        "ntendon": "tendons (tendon)",
+        "nflex": "flex objects (flexcomp / deformable)",
+        "nplugin": "engine plugins (plugin)",
+        "nplastic": "joint plasticity (joint/springyield)",
+        "nhistory": "actuator delays (actuator/delay)",
+    }
+    for attr, what in counts.items():
+        if int(getattr(m, attr, 0)) > 0:
+            unsupported(what)
+    constraints_off = "constraint" in disableflags
+    if int(m.neq) > 0 and not (constraints_off or "equality" in disableflags):
+        unsupported("equality constraints (equality/connect, weld, joint, ...)")
+    if float(m.opt.density) != 0 or float(m.opt.viscosity) != 0:
+        unsupported("fluid forces (option/density, option/viscosity)")
+    if np.any(m.body_gravcomp != 0):
+        b = int(np.nonzero(m.body_gravcomp)[0][0])
+        unsupported(f"gravity compensation (body {_name(m, mujoco.mjtObj.mjOBJ_BODY, b)!r}/gravcomp)")
+
+    for j in range(m.njnt):
+        jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)
+        if m.jnt_limited[j] and not (constraints_off or "limit" in disableflags):
+            unsupported(f"joint limits (joint {jname!r}/limited, range): contact and limit constraints come with the contact solver")
+        if np.any(m.jnt_stiffnesspoly[j] != 0):
+            unsupported(f"polynomial joint stiffness (joint {jname!r}/stiffness with polynomial terms)")
+        if np.any(m.jnt_springyield[j] != 0):
+            unsupported(f"joint spring yield (joint {jname!r}/springyield)")
+    for d in range(m.nv):
+        jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[d]))
+        if m.dof_frictionloss[d] > 0 and not (constraints_off or "frictionloss" in disableflags):
+            unsupported(f"dry joint friction (joint {jname!r}/frictionloss)")
+        if np.any(m.dof_dampingpoly[d] != 0):
+            unsupported(f"polynomial joint damping (joint {jname!r}/damping with polynomial terms)")
+
+    for a in range(m.nu):
+        aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
+        if int(m.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT):
+            trn = mujoco.mjtTrn(int(m.actuator_trntype[a])).name
+            unsupported(f"actuator {aname!r} transmission {trn} (only joint transmissions)")
+        jtype = int(m.jnt_type[int(m.actuator_trnid[a, 0])])
+        if jtype not in (JointType.HINGE, JointType.SLIDE):
+            unsupported(f"actuator {aname!r} on a {JointType(jtype).name.lower()} joint (only hinge and slide)")
+        if int(m.actuator_dyntype[a]) not in set(DynType):
+            unsupported(f"actuator {aname!r} dyntype {mujoco.mjtDyn(int(m.actuator_dyntype[a])).name}")
+        if int(m.actuator_gaintype[a]) not in set(GainType):
+            unsupported(f"actuator {aname!r} gaintype {mujoco.mjtGain(int(m.actuator_gaintype[a])).name}")
+        if int(m.actuator_biastype[a]) not in set(BiasType):
+            unsupported(f"actuator {aname!r} biastype {mujoco.mjtBias(int(m.actuator_biastype[a])).name}")
+        if int(m.actuator_actnum[a]) > 1:
+            unsupported(f"actuator {aname!r} with more than one activation state")
+        if int(m.actuator_ctrlnum[a]) != 1:
+            unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
+        for attr in ("actuator_damping", "actuator_armature", "actuator_dampingpoly", "actuator_delay"):
+            if np.any(np.asarray(getattr(m, attr))[a] != 0):
+                unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
+
+    if not (constraints_off or "contact" in disableflags):
+        pair = _first_collision_pair(m, "filterparent" not in disableflags)
+        if pair is not None:
+            g1, g2 = (_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in pair)
+            unsupported(
+                f"contact between geoms {g1!r} and {g2!r} (geom/contype, conaffinity): collision comes with "
+                "the contact solver; set contype=conaffinity=0 or <option><flag contact='disable'/></option>"
+            )
+
+
+def _first_collision_pair(m: mujoco.MjModel, filterparent: bool) -> tuple[int, int] | None:
+    """The first geom pair MuJoCo's pair generation and filters would test, if any.
+
+    Mirrors the filters of the Computation chapter's "Collision detection": explicit
+    <pair>s, then contype/conaffinity, same (welded) body, parent-child and <exclude>.
+    """
+    if int(m.npair) > 0:
+        return int(m.pair_geom1[0]), int(m.pair_geom2[0])
+    excluded = {int(s) for s in np.asarray(m.exclude_signature).reshape(-1)}
+    weld = np.asarray(m.body_weldid)
+    parent = np.asarray(m.body_parentid)
+    for g1 in range(m.ngeom):
+        for g2 in range(g1 + 1, m.ngeom):
+            if not ((m.geom_contype[g1] & m.geom_conaffinity[g2]) or (m.geom_contype[g2] & m.geom_conaffinity[g1])):
+                continue
+            b1, b2 = int(m.geom_bodyid[g1]), int(m.geom_bodyid[g2])
+            w1, w2 = int(weld[b1]), int(weld[b2])
+            if w1 == w2:
+                continue
+            p1, p2 = int(weld[parent[w1]]), int(weld[parent[w2]])
+            if filterparent and w1 != 0 and w2 != 0 and (w1 == p2 or w2 == p1):
+                continue
+            lo, hi = min(b1, b2), max(b1, b2)
+            if ((lo << 16) + hi) in excluded:
+                continue
+            return g1, g2
+    return None

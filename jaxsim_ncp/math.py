@@ -1,0 +1,168 @@
+"""Quaternions, spatial algebra and safe norms.
+
+Quaternions are (w, x, y, z), as in MuJoCo. Spatial motion and force vectors are
+6-vectors (angular; linear), as in MuJoCo's com-based quantities (`cdof`, `cvel`,
+`cinert`). Every function here has finite gradients everywhere, including at zero
+vectors and identity rotations (Taylor branches behind a double `where`).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+_SMALL_SQ = 1e-6  # below this squared angle the Taylor branches are exact to ~1e-21
+
+
+def safe_norm(x: Float[Array, "... n"], axis: int = -1) -> Float[Array, "..."]:
+    """Euclidean norm whose gradient at 0 is 0 instead of NaN."""
+    sq = jnp.sum(x * x, axis=axis)
+    is_zero = sq == 0.0
+    return jnp.where(is_zero, 0.0, jnp.sqrt(jnp.where(is_zero, 1.0, sq)))
+
+
+def normalize(x: Float[Array, "... n"], axis: int = -1) -> Float[Array, "... n"]:
+    """x / |x|, returning x unchanged where |x| == 0 (finite gradients)."""
+    n = safe_norm(x, axis=axis)
+    return x / jnp.expand_dims(jnp.where(n == 0.0, 1.0, n), axis)
+
+
+def quat_mul(a: Float[Array, "... 4"], b: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+    """Hamilton product a * b."""
+    aw, ax, ay, az = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
+    bw, bx, by, bz = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
+    return jnp.stack(
+        [
+            aw * bw - ax * bx - ay * by - az * bz,
+            aw * bx + ax * bw + ay * bz - az * by,
+            aw * by - ax * bz + ay * bw + az * bx,
+            aw * bz + ax * by - ay * bx + az * bw,
+        ],
+        axis=-1,
+    )
+
+
+def quat_conj(q: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+    return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
+
+
+def quat_to_mat(q: Float[Array, "... 4"]) -> Float[Array, "... 3 3"]:
+    """Rotation matrix of a unit quaternion."""
+    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
+    xx, yy, zz = x * x, y * y, z * z
+    xy, xz, yz = x * y, x * z, y * z
+    wx, wy, wz = w * x, w * y, w * z
+    rows = [
+        jnp.stack([1 - 2 * (yy + zz), 2 * (xy - wz), 2 * (xz + wy)], -1),
+        jnp.stack([2 * (xy + wz), 1 - 2 * (xx + zz), 2 * (yz - wx)], -1),
+        jnp.stack([2 * (xz - wy), 2 * (yz + wx), 1 - 2 * (xx + yy)], -1),
+    ]
+    return jnp.stack(rows, axis=-2)
+
+
+def quat_rotate(q: Float[Array, "... 4"], v: Float[Array, "... 3"]) -> Float[Array, "... 3"]:
+    """Rotate v by the unit quaternion q (v' = q v q*)."""
+    return jnp.einsum("...ij,...j->...i", quat_to_mat(q), v)
+
+
+def axis_angle_to_quat(axis: Float[Array, "... 3"], angle: Float[Array, "..."]) -> Float[Array, "... 4"]:
+    """Quaternion of a rotation by `angle` about the unit vector `axis`."""
+    half = 0.5 * angle
+    return jnp.concatenate([jnp.cos(half)[..., None], jnp.sin(half)[..., None] * axis], axis=-1)
+
+
+def quat_exp_half(rotvec: Float[Array, "... 3"]) -> Float[Array, "... 4"]:
+    """Quaternion of the rotation vector `rotvec` (axis * angle): (cos(θ/2), sin(θ/2) axis).
+
+    Smooth at rotvec = 0 (Taylor branch), so gradients are finite there.
+    """
+    half = 0.5 * rotvec
+    s = jnp.sum(half * half, axis=-1)
+    small = s < _SMALL_SQ
+    s_safe = jnp.where(small, 1.0, s)
+    phi = jnp.sqrt(s_safe)
+    cos_phi = jnp.where(small, 1.0 - s / 2 + s * s / 24, jnp.cos(phi))
+    sinc_phi = jnp.where(small, 1.0 - s / 6 + s * s / 120, jnp.sin(phi) / phi)
+    return jnp.concatenate([cos_phi[..., None], sinc_phi[..., None] * half], axis=-1)
+
+
+def quat_integrate(q: Float[Array, "... 4"], omega: Float[Array, "... 3"], h) -> Float[Array, "... 4"]:
+    """Advance q by the body-frame angular velocity omega for time h (mju_quatIntegrate).
+
+    q <- normalize(q) * exp(h omega / 2), then renormalized.
+    """
+    q = normalize(q)
+    return normalize(quat_mul(q, quat_exp_half(omega * h)))
+
+
+def quat_to_rotvec(q: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
+    """Rotation vector (axis * angle, angle in [-pi, pi]) of a unit quaternion (mju_quat2Vel, dt=1)."""
+    w = q[..., 0]
+    v = q[..., 1:]
+    sign = jnp.where(w < 0, -1.0, 1.0)
+    a = jnp.abs(w)
+    s2 = jnp.sum(v * v, axis=-1)
+    small = s2 < _SMALL_SQ * a * a
+    s_safe = jnp.sqrt(jnp.where(small, 1.0, s2))
+    a_safe = jnp.where(small, a, 1.0)
+    # 2 atan2(s, a) / s, with its Taylor series 2/a (1 - s^2 / (3 a^2)) for s << a.
+    factor = jnp.where(
+        small,
+        2.0 / a_safe * (1.0 - s2 / (3.0 * a_safe * a_safe)),
+        2.0 * jnp.arctan2(s_safe, a) / s_safe,
+    )
+    return (sign * factor)[..., None] * v
+
+
+def quat_sub(qa: Float[Array, "... 4"], qb: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
+    """Angular displacement taking qb to qa, in qb's frame (mju_subQuat)."""
+    return quat_to_rotvec(quat_mul(quat_conj(qb), qa))
+
+
+# ---------------------------------------------------------------- spatial algebra
+
+
+def cross_motion(v: Float[Array, "... 6"], m: Float[Array, "... 6"]) -> Float[Array, "... 6"]:
+    """Motion cross product v x m (mju_crossMotion)."""
+    w, vl = v[..., :3], v[..., 3:]
+    ma, ml = m[..., :3], m[..., 3:]
+    return jnp.concatenate([jnp.cross(w, ma), jnp.cross(w, ml) + jnp.cross(vl, ma)], axis=-1)
+
+
+def cross_force(v: Float[Array, "... 6"], f: Float[Array, "... 6"]) -> Float[Array, "... 6"]:
+    """Force cross product v x* f (mju_crossForce)."""
+    w, vl = v[..., :3], v[..., 3:]
+    fa, fl = f[..., :3], f[..., 3:]
+    return jnp.concatenate([jnp.cross(w, fa) + jnp.cross(vl, fl), jnp.cross(w, fl)], axis=-1)
+
+
+def skew(r: Float[Array, "... 3"]) -> Float[Array, "... 3 3"]:
+    """Matrix [r]x with [r]x v = r x v."""
+    x, y, z = r[..., 0], r[..., 1], r[..., 2]
+    zero = jnp.zeros_like(x)
+    return jnp.stack(
+        [
+            jnp.stack([zero, -z, y], -1),
+            jnp.stack([z, zero, -x], -1),
+            jnp.stack([-y, x, zero], -1),
+        ],
+        axis=-2,
+    )
+
+
+def spatial_inertia(
+    mass: Float[Array, "..."],
+    inertia_world: Float[Array, "... 3 3"],
+    offset: Float[Array, "... 3"],
+) -> Float[Array, "... 6 6"]:
+    """6x6 spatial inertia about a point o, for a body whose com is at o + offset.
+
+    Maps a motion (omega; v_o) to momentum (L_o; p):
+    [[I_c - m [r]x^2, m [r]x], [-m [r]x, m 1]] with r = offset.
+    """
+    rx = skew(offset)
+    m = mass[..., None, None]
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=rx.dtype), rx.shape)
+    top = jnp.concatenate([inertia_world - m * (rx @ rx), m * rx], axis=-1)
+    bottom = jnp.concatenate([-m * rx, m * eye], axis=-1)
+    return jnp.concatenate([top, bottom], axis=-2)

@@ -1,0 +1,39 @@
+"""Passive joint forces: springs and dampers (mj_passive).
+
+qfrc_passive = -stiffness (q - qpos_spring) - damping qvel, with the spring of a
+ball joint (and the rotational part of a free joint) acting on the quaternion
+difference expressed as a rotation vector (mju_subQuat).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import math
+from .types import Data, JointType, Model
+
+
+def spring_force(model: Model, qpos):
+    """-k (q - q_spring) per dof; quaternion coordinates use the rotation-vector difference."""
+    topo = model.topology
+    jnt_of_dof = np.asarray(topo.dof_jntid, dtype=np.int64)
+    stiffness = model.jnt_stiffness[jnt_of_dof]
+    qidx, didx = topo.scalar_coords
+    displacement = jnp.zeros(model.nv, model.dtype).at[didx].set(qpos[qidx] - model.qpos_spring[qidx])
+    qadr, dadr = topo.quat_coords
+    if len(qadr):
+        blocks = qadr[:, None] + np.arange(4)
+        rotvec = math.quat_sub(math.normalize(qpos[blocks]), model.qpos_spring[blocks])
+        displacement = displacement.at[dadr[:, None] + np.arange(3)].set(rotvec)
+    return -stiffness * displacement
+
+
+def passive(model: Model, data: Data) -> Data:
+    """qfrc_passive = spring + damper forces (flags "spring" and "damper" disable each)."""
+    qfrc = jnp.zeros(model.nv, model.dtype)
+    if not model.opt.disabled("spring"):
+        qfrc = qfrc + spring_force(model, data.qpos)
+    if not model.opt.disabled("damper"):
+        qfrc = qfrc - model.dof_damping * data.qvel
+    return data.replace(qfrc_passive=qfrc)

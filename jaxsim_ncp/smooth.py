@@ -1,0 +1,188 @@
+"""Smooth dynamics: kinematics, com-based quantities, inertia (CRBA) and bias forces (RNE).
+
+Follows MuJoCo's mj_kinematics, mj_comPos, mj_crb, mj_comVel and mj_rne
+(Computation chapter, "Forward dynamics" and "Simulation pipeline"). Tree
+recursions are written as static masked matmuls (`Topology` masks) or as one
+vectorized update per tree depth, so nothing loops over bodies or dofs at run time.
+Spatial vectors are (angular; linear) and expressed about the centre of mass of
+each kinematic tree (`subtree_com` of its root body), as in MuJoCo.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import math
+from .types import Data, JointType, Model
+
+
+def _joint_transforms(model: Model, qpos):
+    """Per joint: the displacement (t, r) it applies in its body's frame.
+
+    Hinge and ball rotate by r about the anchor jnt_pos, so t = p - r p; slide
+    translates along its axis by (q - qpos0); a free joint sets the absolute pose.
+    """
+    topo = model.topology
+    nq = model.nq
+    jtype = np.asarray(topo.jnt_type, dtype=np.int64)
+    qadr = np.asarray(topo.jnt_qposadr, dtype=np.int64)
+    clip = lambda idx: np.minimum(idx, nq - 1)  # noqa: E731  (indices of other joint types are masked)
+
+    scalar = qpos[qadr] - model.qpos0[qadr]
+    hinge_r = math.axis_angle_to_quat(model.jnt_axis, scalar)
+    ball_r = math.normalize(qpos[clip(qadr[:, None] + np.arange(4))])
+    free_r = math.normalize(qpos[clip(qadr[:, None] + 3 + np.arange(4))])
+    free_t = qpos[clip(qadr[:, None] + np.arange(3))]
+
+    is_t = lambda t: (jtype == t)[:, None]  # noqa: E731
+    identity = jnp.zeros_like(hinge_r).at[:, 0].set(1.0)
+    r = jnp.where(is_t(JointType.HINGE), hinge_r, identity)
+    r = jnp.where(is_t(JointType.BALL), ball_r, r)
+    r = jnp.where(is_t(JointType.FREE), free_r, r)
+    t = model.jnt_pos - math.quat_rotate(r, model.jnt_pos)
+    t = jnp.where(is_t(JointType.SLIDE), model.jnt_axis * scalar[:, None], t)
+    t = jnp.where(is_t(JointType.FREE), free_t, t)
+    return t, r
+
+
+def kinematics(model: Model, data: Data) -> Data:
+    """Global body, joint and geom frames from qpos (mj_kinematics)."""
+    topo = model.topology
+    nbody, njnt = model.nbody, model.njnt
+    dt = model.dtype
+    jnt_t, jnt_r = _joint_transforms(model, data.qpos)
+
+    # Local pose of each body in its parent's frame: body offset, then its joints in order.
+    has_free = np.zeros(nbody, dtype=bool)
+    for jtype, b in zip(topo.jnt_type, topo.jnt_bodyid):
+        has_free[b] |= jtype == JointType.FREE
+    identity_q = jnp.zeros((nbody, 4), dt).at[:, 0].set(1.0)
+    local_p = jnp.where(has_free[:, None], 0.0, model.body_pos)
+    local_q = jnp.where(has_free[:, None], identity_q, model.body_quat)
+    pre_p = jnp.zeros((njnt, 3), dt)  # body-local frame just before each joint acts
+    pre_q = jnp.zeros((njnt, 4), dt)
+    jntadr = np.asarray(topo.body_jntadr, dtype=np.int64)
+    jntnum = np.asarray(topo.body_jntnum, dtype=np.int64)
+    for k in range(topo.max_body_jntnum):  # static: at most a handful of joints per body
+        bodies = np.nonzero(jntnum > k)[0]
+        j = jntadr[bodies] + k
+        pre_p = pre_p.at[j].set(local_p[bodies])
+        pre_q = pre_q.at[j].set(local_q[bodies])
+        new_p = local_p[bodies] + math.quat_rotate(local_q[bodies], jnt_t[j])
+        new_q = math.quat_mul(local_q[bodies], jnt_r[j])
+        local_p = local_p.at[bodies].set(new_p)
+        local_q = local_q.at[bodies].set(new_q)
+
+    # Compose along the tree, one vectorized update per depth level.
+    parent = np.asarray(topo.body_parentid, dtype=np.int64)
+    xpos = jnp.zeros((nbody, 3), dt)
+    xquat = identity_q
+    for level in topo.depth_levels:
+        p = parent[level]
+        xpos = xpos.at[level].set(xpos[p] + math.quat_rotate(xquat[p], local_p[level]))
+        xquat = xquat.at[level].set(math.normalize(math.quat_mul(xquat[p], local_q[level])))
+    xmat = math.quat_to_mat(xquat)
+
+    # Joint anchors and axes, from the global frame just before each joint acts.
+    jbody_parent = parent[np.asarray(topo.jnt_bodyid, dtype=np.int64)]
+    frame_p = xpos[jbody_parent] + math.quat_rotate(xquat[jbody_parent], pre_p)
+    frame_q = math.quat_mul(xquat[jbody_parent], pre_q)
+    is_free = (np.asarray(topo.jnt_type, dtype=np.int64) == JointType.FREE)[:, None]
+    xanchor = jnp.where(is_free, jnt_t, frame_p + math.quat_rotate(frame_q, model.jnt_pos))
+    xaxis = jnp.where(is_free, jnp.array([0.0, 0.0, 1.0], dt), math.quat_rotate(frame_q, model.jnt_axis))
+
+    xipos = xpos + jnp.einsum("bij,bj->bi", xmat, model.body_ipos)
+    ximat = xmat @ math.quat_to_mat(model.body_iquat)
+    gbody = np.asarray(topo.geom_bodyid, dtype=np.int64)
+    geom_xpos = xpos[gbody] + jnp.einsum("gij,gj->gi", xmat[gbody], model.geom_pos)
+    geom_xmat = xmat[gbody] @ math.quat_to_mat(model.geom_quat)
+    return data.replace(
+        xpos=xpos, xquat=xquat, xmat=xmat, xipos=xipos, ximat=ximat,
+        xanchor=xanchor, xaxis=xaxis, geom_xpos=geom_xpos, geom_xmat=geom_xmat,
+    )
+
+
+def com_pos(model: Model, data: Data) -> Data:
+    """Subtree centres of mass, com-based body inertias and motion dofs (mj_comPos)."""
+    topo = model.topology
+    subtree = topo.body_ancestor.T.astype(np.float64)  # subtree[b, c]: c is in b's subtree
+    mass = model.body_mass
+    subtree_mass = subtree @ mass
+    weighted = subtree @ (mass[:, None] * data.xipos)
+    has_mass = subtree_mass > 1e-15
+    safe_mass = jnp.where(has_mass, subtree_mass, 1.0)[:, None]
+    subtree_com = jnp.where(has_mass[:, None], weighted / safe_mass, data.xipos)
+
+    root_com = subtree_com[np.asarray(topo.body_rootid, dtype=np.int64)]
+    inertia_world = jnp.einsum("bij,bj,bkj->bik", data.ximat, model.body_inertia, data.ximat)
+    cinert = math.spatial_inertia(mass, inertia_world, data.xipos - root_com)
+
+    # cdof: hinge [a; a x (c - anchor)], slide [0; a], ball / free rotation: body axes.
+    dof_jnt = np.asarray(topo.dof_jntid, dtype=np.int64)
+    dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
+    jtype = np.asarray(topo.jnt_type, dtype=np.int64)[dof_jnt]
+    k = np.arange(model.nv) - np.asarray(topo.jnt_dofadr, dtype=np.int64)[dof_jnt]
+    rot_k = np.where(jtype == JointType.FREE, k - 3, k) % 3
+    body_axis = data.xmat[dof_body, :, rot_k]  # column rot_k of the body frame
+    axis = jnp.where((jtype == JointType.HINGE)[:, None] | (jtype == JointType.SLIDE)[:, None],
+                     data.xaxis[dof_jnt], body_axis)
+    offset = root_com[dof_body] - data.xanchor[dof_jnt]
+    rotational = (jtype == JointType.HINGE) | (jtype == JointType.BALL) | ((jtype == JointType.FREE) & (k >= 3))
+    free_trans = jnp.asarray(np.eye(3)[np.minimum(k, 2)], dtype=model.dtype)
+    lin = jnp.where(rotational[:, None], jnp.cross(axis, offset), axis)
+    lin = jnp.where(((jtype == JointType.FREE) & (k < 3))[:, None], free_trans, lin)
+    ang = jnp.where(rotational[:, None], axis, 0.0)
+    cdof = jnp.concatenate([ang, lin], axis=-1)
+    return data.replace(subtree_com=subtree_com, cinert=cinert, cdof=cdof)
+
+
+def crb(model: Model, data: Data) -> Data:
+    """Joint-space inertia M via composite rigid bodies (mj_crb), plus armature.
+
+    M[i, j] = cdof_j^T Icrb[body(i)] cdof_i for dof j an ancestor of dof i.
+    """
+    topo = model.topology
+    subtree = topo.body_ancestor.T.astype(np.float64)
+    icrb = jnp.einsum("bc,cij->bij", subtree, data.cinert)
+    dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
+    force = jnp.einsum("dij,dj->di", icrb[dof_body], data.cdof)
+    lower = jnp.where(topo.dof_ancestor, force @ data.cdof.T, 0.0)
+    qM = lower + lower.T - jnp.diag(jnp.diag(lower)) + jnp.diag(model.dof_armature)
+    return data.replace(qM=qM)
+
+
+def com_vel(model: Model, data: Data) -> Data:
+    """Body velocities cvel and dof derivatives cdof_dot (mj_comVel)."""
+    topo = model.topology
+    dof_motion = data.cdof * data.qvel[:, None]
+    cvel = topo.body_dof_chain @ dof_motion
+    before = topo.dof_velocity_before.astype(np.float64) @ dof_motion
+    cdof_dot = jnp.where(topo.dof_free_translation[:, None], 0.0, math.cross_motion(before, data.cdof))
+    return data.replace(cvel=cvel, cdof_dot=cdof_dot)
+
+
+def body_forces_to_joints(model: Model, data: Data, cfrc_body):
+    """Generalized force of com-based body wrenches: qfrc[d] = cdof[d] . sum over subtree(body(d))."""
+    topo = model.topology
+    cfrc = topo.body_ancestor.T.astype(np.float64) @ cfrc_body
+    return jnp.sum(data.cdof * cfrc[np.asarray(topo.dof_bodyid, dtype=np.int64)], axis=-1)
+
+
+def rne(model: Model, data: Data) -> Data:
+    """Bias force c(q, v) = Coriolis + centrifugal + gravity, by RNE with qacc = 0 (mj_rne)."""
+    topo = model.topology
+    gravity = jnp.zeros(3, model.dtype) if model.opt.disabled("gravity") else model.opt.gravity
+    world_acc = jnp.concatenate([jnp.zeros(3, model.dtype), -gravity])
+    cacc = world_acc + topo.body_dof_chain @ (data.cdof_dot * data.qvel[:, None])
+    momentum = jnp.einsum("bij,bj->bi", data.cinert, data.cvel)
+    cfrc_body = jnp.einsum("bij,bj->bi", data.cinert, cacc) + math.cross_force(data.cvel, momentum)
+    return data.replace(qfrc_bias=body_forces_to_joints(model, data, cfrc_body))
+
+
+def xfrc_to_qfrc(model: Model, data: Data):
+    """Generalized force of the Cartesian wrenches xfrc_applied (force; torque at each body's com)."""
+    root_com = data.subtree_com[np.asarray(model.topology.body_rootid, dtype=np.int64)]
+    force, torque = data.xfrc_applied[:, :3], data.xfrc_applied[:, 3:]
+    wrench = jnp.concatenate([torque + jnp.cross(data.xipos - root_com, force), force], axis=-1)
+    return body_forces_to_joints(model, data, wrench)

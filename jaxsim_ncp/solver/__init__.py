@@ -1,0 +1,1 @@
+"""Constraint solvers (Newton soft-constraint, interior-point NCP) come with the contact issues."""

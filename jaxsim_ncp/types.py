@@ -1,0 +1,351 @@
+"""Model, Option, Data: equinox Modules (pytrees).
+
+Every physical parameter is a float array leaf, so `jax.grad` of a loss with
+respect to a whole `Model` works and `eqx.tree_at` swaps any parameter. Sizes,
+types, index structure and iteration counts are static (hashable, part of the
+jit cache key). Field names follow MuJoCo's mjModel / mjData.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from enum import IntEnum
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+
+class UnsupportedFeatureError(ValueError):
+    """The model uses a MuJoCo feature that jaxsim_ncp does not simulate."""
+
+
+class JointType(IntEnum):
+    """Same numbering as mujoco.mjtJoint."""
+
+    FREE = 0
+    BALL = 1
+    SLIDE = 2
+    HINGE = 3
+
+
+JOINT_NQ = {JointType.FREE: 7, JointType.BALL: 4, JointType.SLIDE: 1, JointType.HINGE: 1}
+JOINT_NV = {JointType.FREE: 6, JointType.BALL: 3, JointType.SLIDE: 1, JointType.HINGE: 1}
+
+
+class DynType(IntEnum):
+    """Actuator activation dynamics (subset of mujoco.mjtDyn, same numbers)."""
+
+    NONE = 0
+    INTEGRATOR = 1
+    FILTER = 2
+    FILTEREXACT = 3
+
+
+class GainType(IntEnum):
+    FIXED = 0
+    AFFINE = 1
+
+
+class BiasType(IntEnum):
+    NONE = 0
+    AFFINE = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Static index structure of a model: the kinematic tree and address tables.
+
+    All fields are tuples (hashable); derived masks are cached numpy arrays used as
+    compile-time constants, so tree recursions become dense masked matmuls.
+    """
+
+    body_parentid: tuple[int, ...]
+    body_rootid: tuple[int, ...]
+    body_jntnum: tuple[int, ...]
+    body_jntadr: tuple[int, ...]
+    jnt_type: tuple[int, ...]
+    jnt_bodyid: tuple[int, ...]
+    jnt_qposadr: tuple[int, ...]
+    jnt_dofadr: tuple[int, ...]
+    dof_bodyid: tuple[int, ...]
+    dof_jntid: tuple[int, ...]
+    geom_bodyid: tuple[int, ...]
+    geom_type: tuple[int, ...]
+    actuator_trnid: tuple[int, ...]
+    actuator_dyntype: tuple[int, ...]
+    actuator_gaintype: tuple[int, ...]
+    actuator_biastype: tuple[int, ...]
+    actuator_actadr: tuple[int, ...]
+    actuator_ctrllimited: tuple[bool, ...]
+    actuator_forcelimited: tuple[bool, ...]
+    actuator_actlimited: tuple[bool, ...]
+    actuator_actearly: tuple[bool, ...]
+    jnt_actfrclimited: tuple[bool, ...]
+    body_names: tuple[str, ...]
+    jnt_names: tuple[str, ...]
+    geom_names: tuple[str, ...]
+    actuator_names: tuple[str, ...]
+
+    # ------------------------------------------------------------ derived structure
+    @functools.cached_property
+    def body_depth(self) -> np.ndarray:
+        depth = np.zeros(len(self.body_parentid), dtype=np.int64)
+        for b in range(1, len(depth)):  # MuJoCo orders parents before children
+            depth[b] = depth[self.body_parentid[b]] + 1
+        return depth
+
+    @functools.cached_property
+    def depth_levels(self) -> tuple[np.ndarray, ...]:
+        """Body ids (world excluded) grouped by depth 1, 2, ...: one vectorized update per level."""
+        depth = self.body_depth
+        return tuple(np.nonzero(depth == d)[0] for d in range(1, int(depth.max(initial=0)) + 1))
+
+    @functools.cached_property
+    def body_ancestor(self) -> np.ndarray:
+        """A[b, c] = body c is b or an ancestor of b (world is everyone's ancestor)."""
+        n = len(self.body_parentid)
+        anc = np.eye(n, dtype=bool)
+        for b in range(1, n):
+            anc[b] |= anc[self.body_parentid[b]]
+        return anc
+
+    @functools.cached_property
+    def body_dof_chain(self) -> np.ndarray:
+        """C[b, d] = dof d moves body b (belongs to b or one of its ancestors)."""
+        return self.body_ancestor[:, np.asarray(self.dof_bodyid, dtype=np.int64)].astype(np.float64)
+
+    @functools.cached_property
+    def dof_ancestor(self) -> np.ndarray:
+        """D[i, j] = dof j is i or an ancestor of i in the dof tree (MuJoCo's dof_parentid chain)."""
+        body = np.asarray(self.dof_bodyid, dtype=np.int64)
+        idx = np.arange(len(body))
+        strict = self.body_ancestor[body][:, body] & (body[:, None] != body[None, :])
+        same_body = (body[:, None] == body[None, :]) & (idx[None, :] <= idx[:, None])
+        return strict | same_body
+
+    @functools.cached_property
+    def dof_velocity_before(self) -> np.ndarray:
+        """P[i, j] = dof j contributes to the body velocity used for cdof_dot of dof i.
+
+        mj_comVel: cdof_dot of a joint's dofs uses the velocity accumulated *before*
+        that joint (parent bodies and earlier joints of the same body); the rotational
+        dofs of a free joint also see its own translational dofs.
+        """
+        body = np.asarray(self.dof_bodyid, dtype=np.int64)
+        jnt = np.asarray(self.dof_jntid, dtype=np.int64)
+        strict = self.body_ancestor[body][:, body] & (body[:, None] != body[None, :])
+        earlier_joint = (body[:, None] == body[None, :]) & (jnt[None, :] < jnt[:, None])
+        is_free = np.asarray(self.jnt_type, dtype=np.int64)[jnt] == JointType.FREE
+        offset = np.arange(len(body)) - np.asarray(self.jnt_dofadr, dtype=np.int64)[jnt]
+        free_trans_to_rot = (
+            (jnt[:, None] == jnt[None, :]) & is_free[:, None] & (offset[None, :] < 3) & (offset[:, None] >= 3)
+        )
+        return strict | earlier_joint | free_trans_to_rot
+
+    @functools.cached_property
+    def dof_free_translation(self) -> np.ndarray:
+        jnt = np.asarray(self.dof_jntid, dtype=np.int64)
+        is_free = np.asarray(self.jnt_type, dtype=np.int64)[jnt] == JointType.FREE
+        offset = np.arange(len(jnt)) - np.asarray(self.jnt_dofadr, dtype=np.int64)[jnt]
+        return is_free & (offset < 3)
+
+    @functools.cached_property
+    def max_body_jntnum(self) -> int:
+        return max(self.body_jntnum, default=0)
+
+    @functools.cached_property
+    def scalar_coords(self) -> tuple[np.ndarray, np.ndarray]:
+        """(qpos index, dof index) of coordinates integrated as q += h v (hinge, slide, free position)."""
+        qidx, didx = [], []
+        for jtype, qadr, dadr in zip(self.jnt_type, self.jnt_qposadr, self.jnt_dofadr):
+            n = 3 if jtype == JointType.FREE else (1 if jtype in (JointType.HINGE, JointType.SLIDE) else 0)
+            qidx += range(qadr, qadr + n)
+            didx += range(dadr, dadr + n)
+        return np.asarray(qidx, dtype=np.int64), np.asarray(didx, dtype=np.int64)
+
+    @functools.cached_property
+    def quat_coords(self) -> tuple[np.ndarray, np.ndarray]:
+        """(qpos start, dof start) of each quaternion block (ball joints, free-joint rotation)."""
+        qadr, dadr = [], []
+        for jtype, qa, da in zip(self.jnt_type, self.jnt_qposadr, self.jnt_dofadr):
+            if jtype == JointType.FREE:
+                qadr.append(qa + 3)
+                dadr.append(da + 3)
+            elif jtype == JointType.BALL:
+                qadr.append(qa)
+                dadr.append(da)
+        return np.asarray(qadr, dtype=np.int64), np.asarray(dadr, dtype=np.int64)
+
+
+class Option(eqx.Module):
+    """Physics options (mjOption). timestep and gravity are differentiable leaves."""
+
+    timestep: Float[Array, ""]
+    gravity: Float[Array, "3"]
+    integrator: str = eqx.field(static=True, default="euler")
+    solver: str = eqx.field(static=True, default="newton")
+    iterations: int = eqx.field(static=True, default=100)
+    ls_iterations: int = eqx.field(static=True, default=50)
+    cone: str = eqx.field(static=True, default="pyramidal")
+    disableflags: tuple[str, ...] = eqx.field(static=True, default=())
+
+    def disabled(self, flag: str) -> bool:
+        """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
+        return flag in self.disableflags
+
+
+class Model(eqx.Module):
+    """Static model description (mjModel subset). Float leaves are differentiable."""
+
+    # sizes
+    nq: int = eqx.field(static=True)
+    nv: int = eqx.field(static=True)
+    nu: int = eqx.field(static=True)
+    na: int = eqx.field(static=True)
+    nbody: int = eqx.field(static=True)
+    njnt: int = eqx.field(static=True)
+    ngeom: int = eqx.field(static=True)
+    topology: Topology = eqx.field(static=True)
+    opt: Option
+    # bodies
+    body_pos: Float[Array, "nbody 3"]
+    body_quat: Float[Array, "nbody 4"]
+    body_ipos: Float[Array, "nbody 3"]
+    body_iquat: Float[Array, "nbody 4"]
+    body_mass: Float[Array, " nbody"]
+    body_inertia: Float[Array, "nbody 3"]
+    # joints and dofs
+    jnt_pos: Float[Array, "njnt 3"]
+    jnt_axis: Float[Array, "njnt 3"]
+    jnt_stiffness: Float[Array, " njnt"]
+    jnt_actfrcrange: Float[Array, "njnt 2"]
+    qpos0: Float[Array, " nq"]
+    qpos_spring: Float[Array, " nq"]
+    dof_damping: Float[Array, " nv"]
+    dof_armature: Float[Array, " nv"]
+    # geoms (stored for collision and rendering)
+    geom_pos: Float[Array, "ngeom 3"]
+    geom_quat: Float[Array, "ngeom 4"]
+    geom_size: Float[Array, "ngeom 3"]
+    geom_friction: Float[Array, "ngeom 3"]
+    geom_solref: Float[Array, "ngeom 2"]
+    geom_solimp: Float[Array, "ngeom 5"]
+    geom_margin: Float[Array, " ngeom"]
+    geom_gap: Float[Array, " ngeom"]
+    geom_rbound: Float[Array, " ngeom"]
+    # actuators
+    actuator_gear: Float[Array, "nu 6"]
+    actuator_gainprm: Float[Array, "nu 10"]
+    actuator_biasprm: Float[Array, "nu 10"]
+    actuator_dynprm: Float[Array, "nu 10"]
+    actuator_ctrlrange: Float[Array, "nu 2"]
+    actuator_forcerange: Float[Array, "nu 2"]
+    actuator_actrange: Float[Array, "nu 2"]
+
+    @property
+    def dtype(self):
+        return self.body_mass.dtype
+
+
+class Data(eqx.Module):
+    """Simulation state and everything `forward` derives from it (mjData subset).
+
+    After `step`, qpos/qvel/act/time are the new state while the derived fields
+    (xpos, qacc, ...) describe the state the step started from, as in MuJoCo.
+    `diverged` is a per-world flag: it is set (and the state is frozen at its last
+    finite value) once a control or the integrated state is non-finite.
+    """
+
+    time: Float[Array, ""]
+    qpos: Float[Array, " nq"]
+    qvel: Float[Array, " nv"]
+    act: Float[Array, " na"]
+    ctrl: Float[Array, " nu"]
+    qfrc_applied: Float[Array, " nv"]
+    xfrc_applied: Float[Array, "nbody 6"]
+    qacc: Float[Array, " nv"]
+    act_dot: Float[Array, " na"]
+    diverged: Bool[Array, ""]
+    # kinematics
+    xpos: Float[Array, "nbody 3"]
+    xquat: Float[Array, "nbody 4"]
+    xmat: Float[Array, "nbody 3 3"]
+    xipos: Float[Array, "nbody 3"]
+    ximat: Float[Array, "nbody 3 3"]
+    xanchor: Float[Array, "njnt 3"]
+    xaxis: Float[Array, "njnt 3"]
+    geom_xpos: Float[Array, "ngeom 3"]
+    geom_xmat: Float[Array, "ngeom 3 3"]
+    # com-based quantities
+    subtree_com: Float[Array, "nbody 3"]
+    cinert: Float[Array, "nbody 6 6"]
+    cdof: Float[Array, "nv 6"]
+    cvel: Float[Array, "nbody 6"]
+    cdof_dot: Float[Array, "nv 6"]
+    # dynamics
+    qM: Float[Array, "nv nv"]
+    qfrc_bias: Float[Array, " nv"]
+    qfrc_passive: Float[Array, " nv"]
+    actuator_length: Float[Array, " nu"]
+    actuator_velocity: Float[Array, " nu"]
+    actuator_force: Float[Array, " nu"]
+    qfrc_actuator: Float[Array, " nv"]
+    qfrc_smooth: Float[Array, " nv"]
+    qacc_smooth: Float[Array, " nv"]
+    qfrc_constraint: Float[Array, " nv"]
+
+    def replace(self, **changes) -> "Data":
+        return dataclasses.replace(self, **changes)
+
+
+def make_data(model: Model) -> Data:
+    """Data at qpos0 with zero velocity, activation and controls."""
+    dt = model.dtype
+    z = lambda *shape: jnp.zeros(shape, dtype=dt)  # noqa: E731
+    nb, nj, ng = model.nbody, model.njnt, model.ngeom
+    eye = jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3))
+    return Data(
+        time=jnp.zeros((), dt),
+        qpos=jnp.asarray(model.qpos0, dt),
+        qvel=z(model.nv),
+        act=z(model.na),
+        ctrl=z(model.nu),
+        qfrc_applied=z(model.nv),
+        xfrc_applied=z(nb, 6),
+        qacc=z(model.nv),
+        act_dot=z(model.na),
+        diverged=jnp.zeros((), bool),
+        xpos=z(nb, 3),
+        xquat=jnp.tile(jnp.array([1.0, 0, 0, 0], dt), (nb, 1)),
+        xmat=eye,
+        xipos=z(nb, 3),
+        ximat=eye,
+        xanchor=z(nj, 3),
+        xaxis=z(nj, 3),
+        geom_xpos=z(ng, 3),
+        geom_xmat=jnp.broadcast_to(jnp.eye(3, dtype=dt), (ng, 3, 3)),
+        subtree_com=z(nb, 3),
+        cinert=z(nb, 6, 6),
+        cdof=z(model.nv, 6),
+        cvel=z(nb, 6),
+        cdof_dot=z(model.nv, 6),
+        qM=z(model.nv, model.nv),
+        qfrc_bias=z(model.nv),
+        qfrc_passive=z(model.nv),
+        actuator_length=z(model.nu),
+        actuator_velocity=z(model.nu),
+        actuator_force=z(model.nu),
+        qfrc_actuator=z(model.nv),
+        qfrc_smooth=z(model.nv),
+        qacc_smooth=z(model.nv),
+        qfrc_constraint=z(model.nv),
+    )
+
+
+def default_dtype():
+    """float64 when jax_enable_x64 is on, else float32."""
+    return jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32

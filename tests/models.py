@@ -1,0 +1,144 @@
+"""Small contact-free MJCF models shared by the tests (compiled once per process)."""
+
+_DEFAULT = """
+  <default>
+    <geom contype="0" conaffinity="0"/>
+  </default>
+"""
+
+HINGE_CHAIN = f"""
+<mujoco model="hinge_chain">
+  <option timestep="0.002" integrator="Euler"/>
+  {_DEFAULT}
+  <worldbody>
+    <body name="l1" pos="0 0 1" quat="0.9 0.1 0.2 0.1">
+      <joint name="h1" type="hinge" axis="0 1 0" damping="0.3" armature="0.02" stiffness="2" springref="0.2"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.04"/>
+      <body name="l2" pos="0.3 0 0">
+        <joint name="h2" type="hinge" axis="0 1 1" pos="0.01 0 0" damping="0.1" armature="0.01"/>
+        <geom type="box" size="0.15 0.03 0.02" pos="0.15 0 0" euler="10 20 30"/>
+        <body name="l3" pos="0.3 0 0" euler="0 30 0">
+          <joint name="h3" type="hinge" axis="1 0 0" damping="0.05"/>
+          <geom type="cylinder" fromto="0 0 0 0.25 0.05 0" size="0.03"/>
+          <body name="l4" pos="0.25 0.05 0">
+            <joint name="h4" type="hinge" axis="0 0 1" ref="0.3"/>
+            <geom type="ellipsoid" size="0.1 0.05 0.03" pos="0.1 0 0"/>
+          </body>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+BALL_CHAIN = f"""
+<mujoco model="ball_chain">
+  <option timestep="0.002"/>
+  {_DEFAULT}
+  <worldbody>
+    <body name="b1" pos="0 0 1">
+      <joint name="ball1" type="ball" pos="0 0 0.05" damping="0.2" armature="0.01" stiffness="1.5"/>
+      <geom type="capsule" fromto="0 0 0 0 0.1 -0.4" size="0.05"/>
+      <body name="b2" pos="0 0.1 -0.4" quat="0.95 0.2 0.1 -0.1">
+        <joint name="ball2" type="ball" damping="0.1"/>
+        <geom type="box" size="0.05 0.08 0.2" pos="0 0 -0.2"/>
+        <body name="b3" pos="0 0 -0.4">
+          <joint name="hinge3" type="hinge" axis="1 0 0" damping="0.05" armature="0.005"/>
+          <joint name="hinge3b" type="hinge" axis="0 1 0" pos="0 0 -0.02"/>
+          <geom type="sphere" size="0.07" pos="0.02 0 -0.1"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+FREE_SPINNER = f"""
+<mujoco model="free_spinner">
+  <option timestep="0.001"/>
+  {_DEFAULT}
+  <worldbody>
+    <body name="spinner" pos="0 0 1" euler="10 20 30">
+      <freejoint name="root"/>
+      <geom type="ellipsoid" size="0.3 0.15 0.05" mass="1.3"/>
+      <geom type="box" size="0.05 0.05 0.05" pos="0.2 0.1 0" mass="0.2"/>
+    </body>
+    <body name="tumbler" pos="1 0 1">
+      <freejoint name="root2"/>
+      <inertial pos="0.01 0.02 -0.03" mass="0.7" fullinertia="0.03 0.025 0.015 0.002 -0.001 0.003"/>
+      <geom type="sphere" size="0.1"/>
+      <body name="flap" pos="0.1 0 0">
+        <joint name="flap_hinge" type="hinge" axis="0 1 0" damping="0.01"/>
+        <geom type="box" size="0.1 0.02 0.005" pos="0.1 0 0" mass="0.05"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+ARM = f"""
+<mujoco model="arm">
+  <option timestep="0.002" integrator="implicitfast"/>
+  {_DEFAULT}
+  <worldbody>
+    <body name="base" pos="0 0 0.5">
+      <joint name="yaw" type="hinge" axis="0 0 1" damping="0.5" armature="0.05"/>
+      <geom type="cylinder" size="0.05 0.05"/>
+      <body name="upper" pos="0 0 0.05">
+        <joint name="shoulder" type="hinge" axis="0 1 0" damping="0.3" armature="0.02"/>
+        <geom type="capsule" fromto="0 0 0 0.4 0 0" size="0.04"/>
+        <body name="fore" pos="0.4 0 0">
+          <joint name="elbow" type="hinge" axis="0 1 0" damping="0.2"/>
+          <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+          <body name="hand" pos="0.3 0 0">
+            <joint name="wrist" type="hinge" axis="1 0 0" damping="0.05"/>
+            <joint name="grip" type="slide" axis="0 0 1" damping="1"/>
+            <geom type="box" size="0.03 0.05 0.02"/>
+          </body>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <position name="yaw_pos" joint="yaw" kp="20" kv="2" ctrlrange="-1.5 1.5"/>
+    <position name="shoulder_pos" joint="shoulder" kp="50" gear="1.5"/>
+    <motor name="elbow_motor" joint="elbow" gear="2" ctrlrange="-1 1" forcerange="-1.5 1.5"/>
+    <velocity name="wrist_vel" joint="wrist" kv="0.5"/>
+    <general name="grip_filter" joint="grip" dyntype="filter" dynprm="0.05" gainprm="10" biastype="affine" biasprm="0 -5 -0.5"/>
+    <general name="elbow_integrator" joint="elbow" dyntype="integrator" gainprm="0.3" actlimited="true" actrange="-0.5 0.5"/>
+    <general name="wrist_exact" joint="wrist" dyntype="filterexact" dynprm="0.02" gainprm="0.2" actearly="true"/>
+  </actuator>
+</mujoco>
+"""
+
+SLIDER = f"""
+<mujoco model="slider">
+  <option timestep="0.002" gravity="0 0 -9.81"/>
+  {_DEFAULT}
+  <worldbody>
+    <body name="cart" pos="0 0 0.2">
+      <joint name="rail" type="slide" axis="1 0 0" damping="0.4" armature="0.1" stiffness="3" springref="0.1"/>
+      <geom type="box" size="0.2 0.1 0.05" mass="2"/>
+      <body name="pole" pos="0 0 0.05">
+        <joint name="pivot" type="hinge" axis="0 1 0" damping="0.02"/>
+        <geom type="capsule" fromto="0 0 0 0 0 0.6" size="0.02" mass="0.3"/>
+        <body name="lift" pos="0 0 0.6">
+          <joint name="lift" type="slide" axis="0 0.6 0.8"/>
+          <geom type="sphere" size="0.05" mass="0.1"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator>
+    <motor name="push" joint="rail" gear="10" ctrlrange="-1 1"/>
+  </actuator>
+</mujoco>
+"""
+
+ALL = {
+    "hinge_chain": HINGE_CHAIN,
+    "ball_chain": BALL_CHAIN,
+    "free_spinner": FREE_SPINNER,
+    "arm": ARM,
+    "slider": SLIDER,
+}
