@@ -91,8 +91,8 @@ ARM = f"""
           <joint name="elbow" type="hinge" axis="0 1 0" damping="0.2"/>
           <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
           <body name="hand" pos="0.3 0 0">
-            <joint name="wrist" type="hinge" axis="1 0 0" damping="0.05"/>
-            <joint name="grip" type="slide" axis="0 0 1" damping="1"/>
+            <joint name="wrist" type="hinge" axis="1 0 0" damping="0.05" armature="0.02"/>
+            <joint name="grip" type="slide" axis="0 0 1" damping="1" armature="0.05"/>
             <geom type="box" size="0.03 0.05 0.02"/>
           </body>
         </body>
