@@ -17,6 +17,16 @@ from . import math
 from .types import Data, JointType, Model
 
 
+def _mask(model: Model, mask: np.ndarray) -> jnp.ndarray:
+    """A static 0/1 structure matrix in the model's dtype (no float64 promotion in float32 models)."""
+    return jnp.asarray(mask, dtype=model.dtype)
+
+
+def _subtree(model: Model) -> jnp.ndarray:
+    """S[b, c] = 1 where body c is in the subtree of body b."""
+    return _mask(model, model.topology.body_ancestor.T)
+
+
 def _joint_transforms(model: Model, qpos):
     """Per joint: the displacement (t, r) it applies in its body's frame.
 
@@ -106,7 +116,7 @@ def kinematics(model: Model, data: Data) -> Data:
 def com_pos(model: Model, data: Data) -> Data:
     """Subtree centres of mass, com-based body inertias and motion dofs (mj_comPos)."""
     topo = model.topology
-    subtree = topo.body_ancestor.T.astype(np.float64)  # subtree[b, c]: c is in b's subtree
+    subtree = _subtree(model)
     mass = model.body_mass
     subtree_mass = subtree @ mass
     weighted = subtree @ (mass[:, None] * data.xipos)
@@ -143,8 +153,7 @@ def crb(model: Model, data: Data) -> Data:
     M[i, j] = cdof_j^T Icrb[body(i)] cdof_i for dof j an ancestor of dof i.
     """
     topo = model.topology
-    subtree = topo.body_ancestor.T.astype(np.float64)
-    icrb = jnp.einsum("bc,cij->bij", subtree, data.cinert)
+    icrb = jnp.einsum("bc,cij->bij", _subtree(model), data.cinert)
     dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
     force = jnp.einsum("dij,dj->di", icrb[dof_body], data.cdof)
     lower = jnp.where(topo.dof_ancestor, force @ data.cdof.T, 0.0)
@@ -156,8 +165,8 @@ def com_vel(model: Model, data: Data) -> Data:
     """Body velocities cvel and dof derivatives cdof_dot (mj_comVel)."""
     topo = model.topology
     dof_motion = data.cdof * data.qvel[:, None]
-    cvel = topo.body_dof_chain @ dof_motion
-    before = topo.dof_velocity_before.astype(np.float64) @ dof_motion
+    cvel = _mask(model, topo.body_dof_chain) @ dof_motion
+    before = _mask(model, topo.dof_velocity_before) @ dof_motion
     cdof_dot = jnp.where(topo.dof_free_translation[:, None], 0.0, math.cross_motion(before, data.cdof))
     return data.replace(cvel=cvel, cdof_dot=cdof_dot)
 
@@ -165,7 +174,7 @@ def com_vel(model: Model, data: Data) -> Data:
 def body_forces_to_joints(model: Model, data: Data, cfrc_body):
     """Generalized force of com-based body wrenches: qfrc[d] = cdof[d] . sum over subtree(body(d))."""
     topo = model.topology
-    cfrc = topo.body_ancestor.T.astype(np.float64) @ cfrc_body
+    cfrc = _subtree(model) @ cfrc_body
     return jnp.sum(data.cdof * cfrc[np.asarray(topo.dof_bodyid, dtype=np.int64)], axis=-1)
 
 
@@ -174,7 +183,7 @@ def rne(model: Model, data: Data) -> Data:
     topo = model.topology
     gravity = jnp.zeros(3, model.dtype) if model.opt.disabled("gravity") else model.opt.gravity
     world_acc = jnp.concatenate([jnp.zeros(3, model.dtype), -gravity])
-    cacc = world_acc + topo.body_dof_chain @ (data.cdof_dot * data.qvel[:, None])
+    cacc = world_acc + _mask(model, topo.body_dof_chain) @ (data.cdof_dot * data.qvel[:, None])
     momentum = jnp.einsum("bij,bj->bi", data.cinert, data.cvel)
     cfrc_body = jnp.einsum("bij,bj->bi", data.cinert, cacc) + math.cross_force(data.cvel, momentum)
     return data.replace(qfrc_bias=body_forces_to_joints(model, data, cfrc_body))

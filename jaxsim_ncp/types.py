@@ -116,7 +116,7 @@ class Topology:
     @functools.cached_property
     def body_dof_chain(self) -> np.ndarray:
         """C[b, d] = dof d moves body b (belongs to b or one of its ancestors)."""
-        return self.body_ancestor[:, np.asarray(self.dof_bodyid, dtype=np.int64)].astype(np.float64)
+        return self.body_ancestor[:, np.asarray(self.dof_bodyid, dtype=np.int64)]
 
     @functools.cached_property
     def dof_ancestor(self) -> np.ndarray:

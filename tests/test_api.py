@@ -1,0 +1,143 @@
+"""Public API behaviour: loading errors, overrides, jit/vmap, checkpointed rollouts, per-world divergence flags."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+from models import ALL, ARM, SLIDER
+
+
+def test_missing_file_raises():
+    with pytest.raises(FileNotFoundError, match="MJCF file not found"):
+        jsn.load_mjcf("/nonexistent/robot.xml")
+
+
+def test_malformed_xml_raises():
+    with pytest.raises(jsn.MJCFError, match="could not compile"):
+        jsn.load_mjcf("<mujoco><worldbody><body></worldbody></mujoco>")
+    with pytest.raises(jsn.MJCFError):
+        jsn.load_mjcf("<mujoco><worldbody><geom type='sphere' size='-1'/></worldbody></mujoco>")
+
+
+@pytest.mark.parametrize(
+    "xml,match",
+    [
+        # two free spheres that can touch: collision comes with the contact issue
+        ("<mujoco><worldbody><body><freejoint/><geom name='a' size='.1'/></body>"
+         "<body pos='1 0 0'><freejoint/><geom name='b' size='.1'/></body></worldbody></mujoco>", "contact between geoms 'a' and 'b'"),
+        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j' range='-1 1' limited='true'/>"
+         "<geom size='.1'/></body></worldbody></mujoco>", "joint 'j'.*limited"),
+        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='b' mocap='true'><geom size='.1'/></body>"
+         "</worldbody></mujoco>", "mocap"),
+        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
+         "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
+        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j' frictionloss='1'/><geom size='.1'/></body></worldbody></mujoco>",
+         "frictionloss"),
+        ("<mujoco><option density='1.2'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",
+         "fluid"),
+        ("<mujoco><option integrator='implicit'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",
+         "integrator"),
+    ],
+)
+def test_unsupported_features_raise(xml, match):
+    with pytest.raises(jsn.UnsupportedFeatureError, match=match):
+        jsn.load_mjcf(xml)
+
+
+def test_contact_free_when_disabled_or_filtered():
+    # the contact flag off, or parent/child pairs (filtered by MuJoCo), load fine
+    jsn.load_mjcf("<mujoco><option><flag contact='disable'/></option><worldbody><body><freejoint/><geom size='.1'/></body>"
+                  "<body pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
+    jsn.load_mjcf("<mujoco><worldbody><body><joint/><geom size='.1'/><body><joint/><geom size='.1'/></body></body></worldbody></mujoco>")
+
+
+def test_overrides_and_errors():
+    model = jsn.load_mjcf(ARM, timestep=0.001, integrator="rk4", dtype=jnp.float32)
+    assert model.opt.integrator == "rk4" and float(model.opt.timestep) == pytest.approx(0.001)
+    assert model.body_mass.dtype == jnp.float32
+    assert jsn.step(model, jsn.make_data(model)).qpos.dtype == jnp.float32
+    with pytest.raises(jsn.UnsupportedFeatureError, match="adaptive"):
+        jsn.load_mjcf(ARM, integrator="adaptive")
+    with pytest.raises(jsn.UnsupportedFeatureError, match="ncp"):
+        jsn.load_mjcf(ARM, solver="ncp")
+    with pytest.raises(TypeError, match="unknown override"):
+        jsn.load_mjcf(ARM, timestpe=0.1)
+    with pytest.raises(ValueError, match="integrator"):
+        jsn.load_mjcf(ARM, integrator="verlet")
+
+
+def test_check_model_rejects_unphysical_parameters():
+    model = jsn.load_mjcf(ARM)
+    with pytest.raises(ValueError, match="body 'upper' has non-positive body_mass"):
+        jsn.check_model(eqx.tree_at(lambda m: m.body_mass, model, model.body_mass.at[2].set(-1.0)))
+    with pytest.raises(ValueError, match="dof_damping has non-finite"):
+        jsn.check_model(eqx.tree_at(lambda m: m.dof_damping, model, model.dof_damping.at[0].set(jnp.nan)))
+    with pytest.raises(ValueError, match="timestep"):
+        jsn.check_model(eqx.tree_at(lambda m: m.opt.timestep, model, jnp.asarray(-0.01)))
+    with pytest.raises(ValueError, match="triangle inequality"):
+        jsn.check_model(eqx.tree_at(lambda m: m.body_inertia, model, model.body_inertia.at[2].set(jnp.array([1.0, 0.1, 0.1]))))
+
+
+def test_rollout_shapes_and_ctrl_validation():
+    model = jsn.load_mjcf(ARM)
+    data = jsn.make_data(model)
+    final, traj = jsn.rollout(model, data, jnp.zeros((7, model.nu)))
+    assert traj.qpos.shape == (7, model.nq) and traj.xpos.shape == (7, model.nbody, 3)
+    assert float(final.time) == pytest.approx(7 * float(model.opt.timestep))
+    with pytest.raises(ValueError, match="ctrl must have shape"):
+        jsn.rollout(model, data, jnp.zeros((7, model.nu + 1)))
+
+
+def test_checkpointed_rollout_matches_plain_values_and_gradients():
+    model = jsn.load_mjcf(SLIDER)
+    data = jsn.make_data(model).replace(qvel=jnp.array([0.1, 0.5, -0.2]))
+    ctrl = jnp.linspace(-1, 1, 23)[:, None]
+
+    def loss(u, checkpoint):
+        final, traj = jsn.rollout(model, data, u, checkpoint=checkpoint)
+        return jnp.sum(final.qpos**2) + jnp.sum(traj.qvel**2)
+
+    ref_val, ref_grad = jax.value_and_grad(loss)(ctrl, False)
+    for checkpoint in (True, 5):  # 23 = 4 chunks of 5 + 3 remaining steps
+        val, grad = jax.value_and_grad(loss)(ctrl, checkpoint)
+        np.testing.assert_allclose(val, ref_val, rtol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-14)
+
+
+def test_vmap_batch_equals_individual_worlds_and_nan_world_is_isolated():
+    model = jsn.load_mjcf(ARM)
+    data = jsn.make_data(model)
+    batch = 4
+    rng = np.random.default_rng(0)
+    qvel = jnp.asarray(rng.normal(size=(batch, model.nv)))
+    ctrl = jnp.asarray(rng.uniform(-1, 1, size=(batch, 30, model.nu)))
+    ctrl = ctrl.at[2, 10, 1].set(jnp.nan)  # world 2 gets a NaN control at t = 10
+    run = jax.jit(jax.vmap(lambda v, u: jsn.rollout(model, data.replace(qvel=v), u)))
+    final, traj = run(qvel, ctrl)
+    assert np.asarray(final.diverged).tolist() == [False, False, True, False]
+    assert np.all(np.isfinite(np.asarray(final.qpos)))
+    # the bad world froze at its last finite state; its flag stays set
+    np.testing.assert_array_equal(traj.qpos[2, 10], traj.qpos[2, 9])
+    np.testing.assert_array_equal(final.qpos[2], traj.qpos[2, 9])
+    assert bool(traj.diverged[2, 10]) and not bool(traj.diverged[2, 9])
+    for i in (0, 1, 3):  # other worlds are exactly what a single-world rollout gives
+        single, _ = jax.jit(jsn.rollout)(model, data.replace(qvel=qvel[i]), ctrl[i])
+        np.testing.assert_allclose(final.qpos[i], single.qpos, rtol=1e-12, atol=1e-12)
+
+
+def test_xfrc_applied_and_qfrc_applied_agree_with_mujoco():
+    import mujoco
+
+    m = mujoco.MjModel.from_xml_string(ALL["free_spinner"])
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(5)
+    d.xfrc_applied[1:] = rng.normal(size=(m.nbody - 1, 6))
+    d.qfrc_applied[:] = rng.normal(size=m.nv)
+    mujoco.mj_forward(m, d)
+    model = jsn.from_mujoco(m)
+    out = jsn.forward(model, jsn.make_data(model).replace(
+        qfrc_applied=jnp.asarray(d.qfrc_applied), xfrc_applied=jnp.asarray(d.xfrc_applied)))
+    np.testing.assert_allclose(out.qacc, d.qacc, rtol=1e-9, atol=1e-9)
