@@ -33,7 +33,7 @@ def next_activation(model: Model, act, act_dot):
     """Activation after one timestep (mj_nextActivation): Euler or exact filter, then actrange clamp."""
     topo = model.topology
     stateful = np.nonzero(np.asarray(topo.actuator_dyntype) != DynType.NONE)[0]
-    if len(stateful) == 0:
+    if len(stateful) == 0 or model.opt.disabled("actuation"):
         return act
     adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
     h = model.opt.timestep
@@ -56,38 +56,45 @@ def clamped_ctrl(model: Model, ctrl):
     return jnp.where(limited, jnp.clip(ctrl, lo, hi), ctrl)
 
 
+def _activation_input(model: Model, data: Data, ctrl, act_next=None):
+    """The scalar each actuator's gain multiplies: ctrl, or its activation (next one if actearly)."""
+    if model.na == 0:
+        return ctrl
+    topo = model.topology
+    stateful = np.asarray(topo.actuator_dyntype) != DynType.NONE
+    adr = np.where(stateful, np.asarray(topo.actuator_actadr, dtype=np.int64), 0)
+    act = data.act[adr]
+    if act_next is not None:
+        act = jnp.where(np.asarray(topo.actuator_actearly), act_next[adr], act)
+    return jnp.where(stateful, act, ctrl)
+
+
 def actuation(model: Model, data: Data) -> Data:
     """actuator_length/velocity/force, act_dot and qfrc_actuator."""
     topo = model.topology
-    zeros_v = jnp.zeros(model.nv, model.dtype)
-    if model.nu == 0:
-        return data.replace(qfrc_actuator=zeros_v)
+    zeros_u = jnp.zeros(model.nu, model.dtype)
+    if model.nu == 0 or model.opt.disabled("actuation"):
+        return data.replace(
+            actuator_length=zeros_u, actuator_velocity=zeros_u, actuator_force=zeros_u,
+            act_dot=jnp.zeros(model.na, model.dtype), qfrc_actuator=jnp.zeros(model.nv, model.dtype),
+        )
     qadr, dadr = _indices(model)
     gear = model.actuator_gear[:, 0]
     length = gear * data.qpos[qadr]
     velocity = gear * data.qvel[dadr]
     ctrl = clamped_ctrl(model, data.ctrl)
 
-    dyntype = np.asarray(topo.actuator_dyntype)
-    stateful = dyntype != DynType.NONE
-    adr = np.where(stateful, np.asarray(topo.actuator_actadr, dtype=np.int64), 0)
-    act = data.act[adr] if model.na else jnp.zeros(model.nu, model.dtype)
-    rate = jnp.where(dyntype == DynType.INTEGRATOR, ctrl, (ctrl - act) / _time_constant(model))
-    act_dot = data.act_dot
+    act_dot, act_next = data.act_dot, None
     if model.na:
-        act_dot = jnp.zeros(model.na, model.dtype).at[adr[stateful]].set(rate[stateful])
-
-    if model.opt.disabled("actuation"):
-        return data.replace(
-            actuator_length=length, actuator_velocity=velocity, actuator_force=jnp.zeros(model.nu, model.dtype),
-            act_dot=act_dot, qfrc_actuator=zeros_v,
-        )
-
-    inp = ctrl
-    if model.na:
-        early = np.asarray(topo.actuator_actearly)
-        act_next = next_activation(model, data.act, act_dot)[adr] if early.any() else act
-        inp = jnp.where(stateful, jnp.where(early, act_next, act), ctrl)
+        dyntype = np.asarray(topo.actuator_dyntype)
+        stateful = np.nonzero(dyntype != DynType.NONE)[0]
+        adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
+        act, u = data.act[adr], ctrl[stateful]
+        rate = jnp.where(dyntype[stateful] == DynType.INTEGRATOR, u, (u - act) / _time_constant(model)[stateful])
+        act_dot = jnp.zeros(model.na, model.dtype).at[adr].set(rate)
+        if np.any(topo.actuator_actearly):
+            act_next = next_activation(model, data.act, act_dot)
+    inp = _activation_input(model, data, ctrl, act_next)
 
     g, b = model.actuator_gainprm, model.actuator_biasprm
     gain = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE,
@@ -98,7 +105,7 @@ def actuation(model: Model, data: Data) -> Data:
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
 
-    qfrc = zeros_v.at[dadr].add(gear * force)
+    qfrc = jnp.zeros(model.nv, model.dtype).at[dadr].add(gear * force)
     jnt_limited = np.asarray(topo.jnt_actfrclimited, dtype=bool)
     if jnt_limited.any():
         jnt = np.nonzero(jnt_limited)[0]
@@ -117,11 +124,7 @@ def actuator_velocity_derivative(model: Model, data: Data):
     topo = model.topology
     _, dadr = _indices(model)
     gear = model.actuator_gear[:, 0]
-    dyntype = np.asarray(topo.actuator_dyntype)
-    adr = np.where(dyntype != DynType.NONE, np.asarray(topo.actuator_actadr, dtype=np.int64), 0)
-    inp = clamped_ctrl(model, data.ctrl)
-    if model.na:
-        inp = jnp.where(dyntype != DynType.NONE, data.act[adr], inp)
+    inp = _activation_input(model, data, clamped_ctrl(model, data.ctrl))
     g2 = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE, model.actuator_gainprm[:, 2], 0.0)
     b2 = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE, model.actuator_biasprm[:, 2], 0.0)
     moment = jnp.zeros((model.nu, model.nv), model.dtype).at[np.arange(model.nu), dadr].set(gear)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 
-from . import actuation, passive, smooth
+from . import actuation, math, passive, smooth
 from .integrate import fixed
 from .types import Data, Model
 
@@ -28,10 +27,7 @@ def forward(model: Model, data: Data) -> Data:
         data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
         + smooth.xfrc_to_qfrc(model, data)
     )
-    if model.nv:
-        qacc_smooth = jsl.cho_solve(jsl.cho_factor(data.qM, lower=True), qfrc_smooth)
-    else:
-        qacc_smooth = qfrc_smooth
+    qacc_smooth = math.solve_spd(data.qM, qfrc_smooth)
     return data.replace(
         qfrc_smooth=qfrc_smooth,
         qacc_smooth=qacc_smooth,
@@ -44,12 +40,21 @@ def _all_finite(*arrays) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
 
 
+def _finite_or_zero(x):
+    return jnp.where(jnp.isfinite(x), x, 0.0)
+
+
 def step(model: Model, data: Data) -> Data:
     """Advance one timestep with the model's integrator (mj_step).
 
-    A world whose controls or new state are non-finite gets `diverged=True` and keeps
-    its last finite state, so one bad world in a vmapped batch never spreads NaN.
+    A world whose controls, applied forces or new state are non-finite gets
+    `diverged=True` and keeps its last finite state (and time), so one bad world in a
+    vmapped batch never spreads NaN. Non-finite inputs are zeroed before use, so they
+    do not turn gradients with respect to shared parameters into NaN either.
     """
+    bad_input = ~_all_finite(data.ctrl, data.qfrc_applied, data.xfrc_applied)
+    inputs = (data.ctrl, data.qfrc_applied, data.xfrc_applied)
+    data = data.replace(**dict(zip(("ctrl", "qfrc_applied", "xfrc_applied"), map(_finite_or_zero, inputs))))
     data = forward(model, data)
     integrator = model.opt.integrator
     if integrator == "euler":
@@ -60,12 +65,16 @@ def step(model: Model, data: Data) -> Data:
         new = fixed.rk4(model, data, forward)
     else:
         raise ValueError(f"unknown integrator {integrator!r}")
-    bad = data.diverged | ~_all_finite(data.ctrl, data.qfrc_applied, data.xfrc_applied, new.qpos, new.qvel, new.act)
+    bad = data.diverged | bad_input | ~_all_finite(new.qpos, new.qvel, new.act)
     keep = lambda old, fresh: jnp.where(bad, old, fresh)  # noqa: E731
     return new.replace(
         qpos=keep(data.qpos, new.qpos),
         qvel=keep(data.qvel, new.qvel),
         act=keep(data.act, new.act),
+        time=keep(data.time, new.time),
+        ctrl=inputs[0],
+        qfrc_applied=inputs[1],
+        xfrc_applied=inputs[2],
         diverged=bad,
     )
 
@@ -86,7 +95,7 @@ def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int = 
         d = step(model, d.replace(ctrl=u))
         return d, d
 
-    if checkpoint is False or checkpoint is None:
+    if not checkpoint:
         return jax.lax.scan(body, data, ctrl)
     body = jax.checkpoint(body)
     if checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):

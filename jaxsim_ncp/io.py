@@ -203,8 +203,8 @@ def check_model(model: Model) -> None:
         raise ValueError(f"opt.timestep must be positive, got {float(model.opt.timestep)}")
     mass = np.asarray(model.body_mass)
     inertia = np.asarray(model.body_inertia)
-    moving = np.asarray(model.topology.body_dof_chain).any(axis=1)
-    for b in np.nonzero(moving)[0]:
+    jointed = np.asarray(model.topology.body_jntnum) > 0  # MuJoCo's rule: welded children may be massless
+    for b in np.nonzero(jointed)[0]:
         name = model.topology.body_names[b] or f"#{b}"
         if mass[b] <= 0:
             raise ValueError(f"body {name!r} has non-positive body_mass {mass[b]}")
@@ -233,7 +233,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         "nflex": "flex objects (flexcomp / deformable)",
         "nplugin": "engine plugins (plugin)",
         "nplastic": "joint plasticity (joint/springyield)",
-        "nhistory": "actuator delays (actuator/delay)",
     }
     for attr, what in counts.items():
         if int(getattr(m, attr, 0)) > 0:
@@ -241,6 +240,10 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     constraints_off = "constraint" in disableflags
     if int(m.neq) > 0 and not (constraints_off or "equality" in disableflags):
         unsupported("equality constraints (equality/connect, weld, joint, ...)")
+    if int(m.opt.disableactuator) != 0:
+        unsupported("disabling actuator groups (option/actuatorgroupdisable)")
+    if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
+        unsupported("sleeping islands (option/flag sleep)")
     if float(m.opt.density) != 0 or float(m.opt.viscosity) != 0:
         unsupported("fluid forces (option/density, option/viscosity)")
     if np.any(m.body_gravcomp != 0):
@@ -280,7 +283,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"actuator {aname!r} with more than one activation state")
         if int(m.actuator_ctrlnum[a]) != 1:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
-        for attr in ("actuator_damping", "actuator_armature", "actuator_dampingpoly", "actuator_delay"):
+        for attr in ("actuator_damping", "actuator_armature", "actuator_dampingpoly", "actuator_delay", "actuator_history"):
             if np.any(np.asarray(getattr(m, attr))[a] != 0):
                 unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
 

@@ -135,10 +135,37 @@ SLIDER = f"""
 </mujoco>
 """
 
+WELDED = f"""
+<mujoco model="welded">
+  <option timestep="0.002"/>
+  {_DEFAULT}
+  <worldbody>
+    <body name="rigid" pos="0 0 1" euler="5 10 15">
+      <freejoint name="rigid_root"/>
+      <geom type="box" size="0.2 0.1 0.05" mass="1"/>
+      <body name="welded_mass" pos="0.3 0.1 0" euler="0 20 0">
+        <geom type="capsule" fromto="0 0 0 0.2 0 0" size="0.03" mass="0.3"/>
+        <body name="sensor_mount" pos="0.2 0 0">
+          <site name="tip"/>
+        </body>
+      </body>
+    </body>
+    <body name="arm" pos="1 0 1">
+      <joint name="pivot" type="hinge" axis="0 1 0" damping="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+      <body name="tool" pos="0.3 0 0">
+        <site name="tool_site"/>
+      </body>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
 ALL = {
     "hinge_chain": HINGE_CHAIN,
     "ball_chain": BALL_CHAIN,
     "free_spinner": FREE_SPINNER,
     "arm": ARM,
     "slider": SLIDER,
+    "welded": WELDED,
 }

@@ -123,6 +123,13 @@ def test_vmap_batch_equals_individual_worlds_and_nan_world_is_isolated():
     np.testing.assert_array_equal(traj.qpos[2, 10], traj.qpos[2, 9])
     np.testing.assert_array_equal(final.qpos[2], traj.qpos[2, 9])
     assert bool(traj.diverged[2, 10]) and not bool(traj.diverged[2, 9])
+    # the NaN control is dropped before use: gradients w.r.t. shared parameters stay finite
+    def loss(gain):
+        m = eqx.tree_at(lambda m: m.actuator_gainprm, model, gain)
+        fin, _ = jax.vmap(lambda v, u: jsn.rollout(m, data.replace(qvel=v), u))(qvel, ctrl)
+        return jnp.sum(fin.qpos[jnp.array([0, 1, 3])] ** 2)
+
+    assert np.all(np.isfinite(np.asarray(jax.jit(jax.grad(loss))(model.actuator_gainprm))))
     for i in (0, 1, 3):  # other worlds are exactly what a single-world rollout gives
         single, _ = jax.jit(jsn.rollout)(model, data.replace(qvel=qvel[i]), ctrl[i])
         np.testing.assert_allclose(final.qpos[i], single.qpos, rtol=1e-12, atol=1e-12)

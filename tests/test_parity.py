@@ -71,7 +71,13 @@ def test_forward_matches_mujoco(name):
         assert rel_err(out.qfrc_bias, d.qfrc_bias) < 1e-10
         assert rel_err(out.qfrc_passive, d.qfrc_passive) < 1e-10
         assert rel_err(out.qfrc_actuator, d.qfrc_actuator) < 1e-10
+        assert rel_err(out.qfrc_smooth, d.qfrc_smooth) < 1e-10
         assert rel_err(out.xpos, d.xpos) < 1e-12
+        assert rel_err(out.xmat.reshape(-1, 9), d.xmat) < 1e-12
+        assert rel_err(out.ximat.reshape(-1, 9), d.ximat) < 1e-12
+        assert rel_err(out.geom_xmat.reshape(-1, 9), d.geom_xmat) < 1e-12
+        assert rel_err(out.xanchor, d.xanchor) < 1e-12
+        assert rel_err(out.xaxis, d.xaxis) < 1e-12
         assert rel_err(out.xquat, d.xquat) < 1e-12
         assert rel_err(out.xipos, d.xipos) < 1e-12
         assert rel_err(out.geom_xpos, d.geom_xpos) < 1e-12
@@ -83,6 +89,8 @@ def test_forward_matches_mujoco(name):
             assert rel_err(out.act_dot, d.act_dot) < 1e-12
         if m.nu:
             assert rel_err(out.actuator_force, d.actuator_force) < 1e-12
+            assert rel_err(out.actuator_length, d.actuator_length) < 1e-12
+            assert rel_err(out.actuator_velocity, d.actuator_velocity) < 1e-12
 
 
 @pytest.mark.parametrize("integrator", sorted(INTEGRATORS))
@@ -102,3 +110,35 @@ def test_trajectory_matches_mujoco(name, integrator):
     ours = np.concatenate([traj.qpos, traj.qvel, traj.act, traj.time[:, None]], axis=1)
     assert np.max(np.abs(ours - np.asarray(ref))) < 1e-6
     assert not bool(final.diverged)
+
+
+@pytest.mark.parametrize("flag", ["gravity", "spring", "damper", "actuation", "clampctrl", "eulerdamp"])
+def test_disable_flags_match_mujoco(flag):
+    m = mujoco.MjModel.from_xml_string(ALL["arm"])
+    m.opt.integrator = INTEGRATORS["euler"]
+    m.opt.disableflags |= int(getattr(mujoco.mjtDisableBit, f"mjDSBL_{flag.upper()}"))
+    model = jsn.from_mujoco(m)
+    assert model.opt.disabled(flag)
+    rng = np.random.default_rng(2)
+    d = random_state(m, rng)
+    data = to_data(model, d)
+    ctrl = 3.0 * rng.normal(size=(30, m.nu))  # beyond ctrlrange: clamping matters
+    ref = []
+    for u in ctrl:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        ref.append(np.concatenate([d.qpos, d.qvel, d.act]))
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
+    ours = np.concatenate([traj.qpos, traj.qvel, traj.act], axis=1)
+    assert np.max(np.abs(ours - np.asarray(ref))) < 1e-8
+
+
+def test_model_without_dofs():
+    m = mujoco.MjModel.from_xml_string("<mujoco><worldbody><geom type='plane' size='1 1 .1'/>"
+                                       "<body pos='0 0 1'><geom size='.1'/></body></worldbody></mujoco>")
+    model = jsn.from_mujoco(m)
+    final, traj = jsn.rollout(model, jsn.make_data(model), jnp.zeros((3, 0)))
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    np.testing.assert_allclose(traj.xpos[-1], d.xpos, atol=1e-12)
+    assert final.qpos.shape == (0,) and float(final.time) == pytest.approx(3 * m.opt.timestep)

@@ -11,7 +11,6 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 
 from .. import math
@@ -40,10 +39,6 @@ def advance(model: Model, data: Data, act_dot, qacc, qvel=None) -> Data:
     return data.replace(qpos=qpos, qvel=new_qvel, act=act, time=data.time + h)
 
 
-def _solve_spd(matrix, rhs):
-    return jsl.cho_solve(jsl.cho_factor(matrix, lower=True), rhs)
-
-
 def euler(model: Model, data: Data) -> Data:
     """Semi-implicit Euler with implicit joint damping: (M + h B) a = f (eq. 5 with D = -B).
 
@@ -53,41 +48,44 @@ def euler(model: Model, data: Data) -> Data:
     if model.opt.disabled("eulerdamp") or model.opt.disabled("damper") or model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
-    qacc = _solve_spd(data.qM + model.opt.timestep * jnp.diag(model.dof_damping), force)
+    qacc = math.solve_spd(data.qM + model.opt.timestep * jnp.diag(model.dof_damping), force)
     return advance(model, data, data.act_dot, qacc)
 
 
-def _single_body_gyroscopic(model: Model, data: Data):
-    """-d(qfrc_bias)/d(qvel) of free bodies that form a tree of their own, as an nv x nv matrix.
+def _rigid_free_tree_gyroscopic(model: Model, data: Data):
+    """-d(qfrc_bias)/d(qvel) of free joints whose tree is one rigid body, as an nv x nv matrix.
 
-    For such a body (mass m, com offset r and com inertia I in world, omega = R omega_b)
-    bias_trans = m w x (w x r), bias_rot = R^T (w x I w + m r x (w x (w x r))); its
-    Jacobian in omega_b is taken with jax.jacfwd (3 columns). mujoco>=4's implicitfast
-    includes this term (checked against mj_step); Coriolis terms of articulated trees
-    stay explicit, as the Computation chapter describes.
+    Such a tree (a free body plus any welded, jointless descendants) has composite mass
+    m, com offset r from the joint origin and com inertia I (world frame); with
+    omega = R omega_b, bias_trans = m w x (w x r) and bias_rot = R^T (w x I w + m r x
+    (w x (w x r))). Its Jacobian in omega_b is taken with jax.jacfwd (3 columns).
+    mujoco>=4's implicitfast includes this term (checked against mj_step); Coriolis
+    terms of articulated trees stay explicit, as the Computation chapter describes.
     """
     topo = model.topology
-    has_child = np.zeros(model.nbody, dtype=bool)
-    has_child[np.asarray(topo.body_parentid[1:], dtype=np.int64)] = True
-    joints = [j for j, (t, b) in enumerate(zip(topo.jnt_type, topo.jnt_bodyid)) if t == JointType.FREE and not has_child[b]]
+    dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
+    subtree_dofs = lambda b: int(np.sum(topo.body_ancestor[dof_body, b]))  # noqa: E731  dofs below body b
+    joints = [
+        j for j, (t, b) in enumerate(zip(topo.jnt_type, topo.jnt_bodyid)) if t == JointType.FREE and subtree_dofs(b) == 6
+    ]
     if not joints:
         return None
     bodies = np.asarray([topo.jnt_bodyid[j] for j in joints], dtype=np.int64)
     dofs = np.asarray([topo.jnt_dofadr[j] for j in joints], dtype=np.int64)
-    rot = data.xmat[bodies]
-    r = data.xipos[bodies] - data.xpos[bodies]
-    inertia = jnp.einsum("bij,bj,bkj->bik", data.ximat[bodies], model.body_inertia[bodies], data.ximat[bodies])
-    mass = model.body_mass[bodies]
+    # composite spatial inertia about the tree's com (the free body is the root: cinert's origin)
+    subtree = jnp.asarray(topo.body_ancestor.T[bodies], dtype=model.dtype)
+    composite = jnp.einsum("nb,bij->nij", subtree, data.cinert)
+    inertia, mass = composite[:, :3, :3], composite[:, 3, 3]
+    r = data.subtree_com[bodies] - data.xpos[bodies]
 
     def bias(omega_b, R, r, inertia, m):
         w = R @ omega_b
         centripetal = jnp.cross(w, jnp.cross(w, r))
-        trans = m * centripetal
         rot_w = jnp.cross(w, inertia @ w) + m * jnp.cross(r, centripetal)
-        return jnp.concatenate([trans, R.T @ rot_w])
+        return jnp.concatenate([m * centripetal, R.T @ rot_w])
 
     omega_b = data.qvel[dofs[:, None] + 3 + np.arange(3)]
-    jac = jax.vmap(jax.jacfwd(bias))(omega_b, rot, r, inertia, mass)  # (n, 6, 3)
+    jac = jax.vmap(jax.jacfwd(bias))(omega_b, data.xmat[bodies], r, inertia, mass)  # (n, 6, 3)
     rows = dofs[:, None, None] + np.arange(6)[None, :, None]
     cols = dofs[:, None, None] + 3 + np.arange(3)[None, None, :]
     return jnp.zeros((model.nv, model.nv), model.dtype).at[rows, cols].set(-jac)
@@ -98,7 +96,7 @@ def implicitfast(model: Model, data: Data) -> Data:
 
     D = d(qfrc_passive + qfrc_actuator)/d qvel = -B + moment^T diag(dforce/dvel) moment
     (mjd_smooth_vel with the RNE term skipped), plus the gyroscopic derivative of
-    single-body free trees (`_single_body_gyroscopic`), as mujoco>=4 does.
+    free joints of rigid trees (`_rigid_free_tree_gyroscopic`), as mujoco>=4 does.
     """
     if model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
@@ -106,9 +104,9 @@ def implicitfast(model: Model, data: Data) -> Data:
     if not model.opt.disabled("damper"):
         qderiv = qderiv - jnp.diag(model.dof_damping)
     force = data.qfrc_smooth + data.qfrc_constraint
-    gyro = _single_body_gyroscopic(model, data)
+    gyro = _rigid_free_tree_gyroscopic(model, data)
     if gyro is None:
-        qacc = _solve_spd(data.qM - model.opt.timestep * qderiv, force)
+        qacc = math.solve_spd(data.qM - model.opt.timestep * qderiv, force)
     else:  # the gyroscopic block is not symmetric: LU
         qacc = jnp.linalg.solve(data.qM - model.opt.timestep * (qderiv + gyro), force)
     return advance(model, data, data.act_dot, qacc)
