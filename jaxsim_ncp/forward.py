@@ -52,9 +52,13 @@ def step(model: Model, data: Data) -> Data:
     vmapped batch never spreads NaN. Non-finite inputs are zeroed before use, so they
     do not turn gradients with respect to shared parameters into NaN either.
     """
-    bad_input = ~_all_finite(data.ctrl, data.qfrc_applied, data.xfrc_applied)
-    inputs = (data.ctrl, data.qfrc_applied, data.xfrc_applied)
-    data = data.replace(**dict(zip(("ctrl", "qfrc_applied", "xfrc_applied"), map(_finite_or_zero, inputs))))
+    ctrl, qfrc_applied, xfrc_applied = data.ctrl, data.qfrc_applied, data.xfrc_applied
+    bad_input = ~_all_finite(ctrl, qfrc_applied, xfrc_applied)
+    data = data.replace(
+        ctrl=_finite_or_zero(ctrl),
+        qfrc_applied=_finite_or_zero(qfrc_applied),
+        xfrc_applied=_finite_or_zero(xfrc_applied),
+    )
     data = forward(model, data)
     integrator = model.opt.integrator
     if integrator == "euler":
@@ -72,9 +76,9 @@ def step(model: Model, data: Data) -> Data:
         qvel=keep(data.qvel, new.qvel),
         act=keep(data.act, new.act),
         time=keep(data.time, new.time),
-        ctrl=inputs[0],
-        qfrc_applied=inputs[1],
-        xfrc_applied=inputs[2],
+        ctrl=ctrl,
+        qfrc_applied=qfrc_applied,
+        xfrc_applied=xfrc_applied,
         diverged=bad,
     )
 
