@@ -147,13 +147,18 @@ def com_pos(model: Model, data: Data) -> Data:
     return data.replace(subtree_com=subtree_com, cinert=cinert, cdof=cdof)
 
 
+def composite_inertia(model: Model, data: Data):
+    """Icrb[b]: spatial inertia of body b's subtree, about its tree's com (sum of cinert)."""
+    return jnp.einsum("bc,cij->bij", _subtree(model), data.cinert)
+
+
 def crb(model: Model, data: Data) -> Data:
     """Joint-space inertia M via composite rigid bodies (mj_crb), plus armature.
 
     M[i, j] = cdof_j^T Icrb[body(i)] cdof_i for dof j an ancestor of dof i.
     """
     topo = model.topology
-    icrb = jnp.einsum("bc,cij->bij", _subtree(model), data.cinert)
+    icrb = composite_inertia(model, data)
     dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
     force = jnp.einsum("dij,dj->di", icrb[dof_body], data.cdof)
     lower = jnp.where(topo.dof_ancestor, force @ data.cdof.T, 0.0)

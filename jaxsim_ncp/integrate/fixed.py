@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import math
+from .. import math, smooth
 from ..actuation import actuator_velocity_derivative, next_activation
 from ..types import Data, JointType, Model
 
@@ -73,8 +73,7 @@ def _rigid_free_tree_gyroscopic(model: Model, data: Data):
     bodies = np.asarray([topo.jnt_bodyid[j] for j in joints], dtype=np.int64)
     dofs = np.asarray([topo.jnt_dofadr[j] for j in joints], dtype=np.int64)
     # composite spatial inertia about the tree's com (the free body is the root: cinert's origin)
-    subtree = jnp.asarray(topo.body_ancestor.T[bodies], dtype=model.dtype)
-    composite = jnp.einsum("nb,bij->nij", subtree, data.cinert)
+    composite = smooth.composite_inertia(model, data)[bodies]
     inertia, mass = composite[:, :3, :3], composite[:, 3, 3]
     r = data.subtree_com[bodies] - data.xpos[bodies]
 
