@@ -174,3 +174,19 @@ def spatial_inertia(
     top = jnp.concatenate([inertia_world - m * (rx @ rx), m * rx], axis=-1)
     bottom = jnp.concatenate([-m * rx, m * eye], axis=-1)
     return jnp.concatenate([top, bottom], axis=-2)
+
+
+def make_frame(normal: Float[Array, "3"], tangent: Float[Array, "3"] | None = None) -> Float[Array, "3 3"]:
+    """Contact frame (rows: normal, tangent1, tangent2) as MuJoCo's mju_makeFrame builds it.
+
+    tangent1 is the given hint made orthogonal to the normal; with no usable hint
+    (|hint|^2 < 0.25) it starts from (0,1,0), or (0,0,1) when |normal_y| >= 0.5.
+    """
+    n = normalize(normal)
+    default = jnp.where(jnp.abs(n[1]) < 0.5, jnp.array([0.0, 1.0, 0.0], n.dtype), jnp.array([0.0, 0.0, 1.0], n.dtype))
+    if tangent is None:
+        t = default
+    else:
+        t = jnp.where(jnp.dot(tangent, tangent) < 0.25, default, tangent)
+    t = normalize(t - n * jnp.dot(n, t))
+    return jnp.stack([n, t, jnp.cross(n, t)])
