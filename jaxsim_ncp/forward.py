@@ -1,7 +1,7 @@
 """The pipeline: forward(), step(), rollout(), in MuJoCo's stage order.
 
 forward: kinematics -> com -> inertia -> velocities -> passive -> bias -> actuation
--> smooth acceleration (constraint solve comes with the contact issue).
+-> smooth acceleration -> collision -> constraint rows -> Newton solve.
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import actuation, math, passive, smooth
+from . import actuation, constraint, math, passive, smooth
+from .collision import collide
 from .integrate import fixed
+from .solver import newton
 from .types import Data, Model
 
 
@@ -28,11 +30,29 @@ def forward(model: Model, data: Data) -> Data:
         + smooth.xfrc_to_qfrc(model, data)
     )
     qacc_smooth = math.solve_spd(data.qM, qfrc_smooth)
+    data = data.replace(qfrc_smooth=qfrc_smooth, qacc_smooth=qacc_smooth)
+    return _constraint_solve(model, data)
+
+
+def _constraint_solve(model: Model, data: Data) -> Data:
+    """Collision, constraint rows and the Newton solve (mj_collision, mj_makeConstraint, mj_fwdConstraint)."""
+    layout = model.constraints
+    if layout.nefc == 0:
+        return data.replace(qacc=data.qacc_smooth, qfrc_constraint=jnp.zeros_like(data.qacc_smooth))
+    if layout.ncon:
+        data = data.replace(contact=collide(model, data))
+    efc = constraint.make_efc(model, data)
+    sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc, data.contact.friction)
     return data.replace(
-        qfrc_smooth=qfrc_smooth,
-        qacc_smooth=qacc_smooth,
-        qacc=qacc_smooth,
-        qfrc_constraint=jnp.zeros_like(qfrc_smooth),
+        qacc=sol.qacc,
+        qfrc_constraint=sol.qfrc_constraint,
+        efc_J=efc.J,
+        efc_pos=efc.pos,
+        efc_margin=efc.margin,
+        efc_D=efc.D,
+        efc_aref=efc.aref,
+        efc_force=sol.efc_force,
+        efc_mask=efc.mask,
     )
 
 
@@ -79,6 +99,7 @@ def step(model: Model, data: Data) -> Data:
         ctrl=ctrl,
         qfrc_applied=qfrc_applied,
         xfrc_applied=xfrc_applied,
+        qacc_warmstart=keep(data.qacc_warmstart, data.qacc),
         diverged=bad,
     )
 

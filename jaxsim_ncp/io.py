@@ -11,6 +11,8 @@ import numpy as np
 
 from .types import (
     BiasType,
+    ConstraintLayout,
+    PairGroup,
     DynType,
     GainType,
     JointType,
@@ -105,6 +107,10 @@ def from_mujoco(
     opt = Option(
         timestep=f(m.opt.timestep if timestep is None else timestep),
         gravity=f(m.opt.gravity),
+        impratio=f(m.opt.impratio),
+        meaninertia=f(m.stat.meaninertia),
+        tolerance=float(m.opt.tolerance),
+        ls_tolerance=float(m.opt.ls_tolerance),
         integrator=integrator,
         solver=solver,
         iterations=int(m.opt.iterations if iterations is None else iterations),
@@ -143,6 +149,8 @@ def from_mujoco(
         geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom),
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
     )
+    layout = _constraint_layout(m, disableflags, opt.cone)
+    eq_ids = list(layout.eq_ids)
     model = Model(
         nq=int(m.nq),
         nv=int(m.nv),
@@ -152,6 +160,7 @@ def from_mujoco(
         njnt=int(m.njnt),
         ngeom=int(m.ngeom),
         topology=topology,
+        constraints=layout,
         opt=opt,
         body_pos=f(m.body_pos),
         body_quat=f(m.body_quat),
@@ -159,6 +168,7 @@ def from_mujoco(
         body_iquat=f(m.body_iquat),
         body_mass=f(m.body_mass),
         body_inertia=f(m.body_inertia),
+        body_invweight0=f(m.body_invweight0),
         jnt_pos=f(m.jnt_pos),
         jnt_axis=f(m.jnt_axis),
         jnt_stiffness=f(m.jnt_stiffness),
@@ -167,6 +177,14 @@ def from_mujoco(
         qpos_spring=f(m.qpos_spring),
         dof_damping=f(m.dof_damping),
         dof_armature=f(m.dof_armature),
+        dof_frictionloss=f(m.dof_frictionloss),
+        dof_solref=f(m.dof_solref),
+        dof_solimp=f(m.dof_solimp),
+        dof_invweight0=f(m.dof_invweight0),
+        jnt_range=f(m.jnt_range),
+        jnt_margin=f(m.jnt_margin),
+        jnt_solref=f(m.jnt_solref),
+        jnt_solimp=f(m.jnt_solimp),
         geom_pos=f(m.geom_pos),
         geom_quat=f(m.geom_quat),
         geom_size=f(m.geom_size),
@@ -176,6 +194,19 @@ def from_mujoco(
         geom_margin=f(m.geom_margin),
         geom_gap=f(m.geom_gap),
         geom_rbound=f(m.geom_rbound),
+        geom_solmix=f(m.geom_solmix),
+        geom_priority=ints(m.geom_priority),
+        pair_friction=f(np.reshape(m.pair_friction, (-1, 5))),
+        pair_solref=f(np.reshape(m.pair_solref, (-1, 2))),
+        pair_solreffriction=f(np.reshape(m.pair_solreffriction, (-1, 2))),
+        pair_solimp=f(np.reshape(m.pair_solimp, (-1, 5))),
+        pair_margin=f(m.pair_margin),
+        pair_gap=f(m.pair_gap),
+        eq_obj1id=ints(np.asarray(m.eq_obj1id)[eq_ids]),
+        eq_obj2id=ints(np.asarray(m.eq_obj2id)[eq_ids]),
+        eq_data=f(np.reshape(m.eq_data, (-1, mujoco.mjNEQDATA))[eq_ids]),
+        eq_solref=f(np.reshape(m.eq_solref, (-1, 2))[eq_ids]),
+        eq_solimp=f(np.reshape(m.eq_solimp, (-1, 5))[eq_ids]),
         actuator_gear=f(m.actuator_gear),
         actuator_gainprm=f(m.actuator_gainprm),
         actuator_biasprm=f(m.actuator_biasprm),
@@ -237,9 +268,17 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for attr, what in counts.items():
         if int(getattr(m, attr, 0)) > 0:
             unsupported(what)
-    constraints_off = "constraint" in disableflags
-    if int(m.neq) > 0 and not (constraints_off or "equality" in disableflags):
-        unsupported("equality constraints (equality/connect, weld, joint, ...)")
+    if int(m.opt.noslip_iterations) > 0:
+        unsupported("the noslip solver (option/noslip_iterations)")
+    if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE):
+        unsupported("contact parameter override (option/flag override)")
+    for i in range(m.neq):
+        ename = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, i)
+        etype = int(m.eq_type[i])
+        if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD), int(mujoco.mjtEq.mjEQ_JOINT)):
+            unsupported(f"equality {ename!r} of type {mujoco.mjtEq(etype).name} (connect, weld and joint are supported)")
+        if etype != int(mujoco.mjtEq.mjEQ_JOINT) and int(m.eq_objtype[i]) != int(mujoco.mjtObj.mjOBJ_BODY):
+            unsupported(f"equality {ename!r} with site semantics (equality/site1, site2): use body1/body2")
     if int(m.opt.disableactuator) != 0:
         unsupported("disabling actuator groups (option/actuatorgroupdisable)")
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
@@ -252,16 +291,12 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
     for j in range(m.njnt):
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)
-        if m.jnt_limited[j] and not (constraints_off or "limit" in disableflags):
-            unsupported(f"joint limits (joint {jname!r}/limited, range): contact and limit constraints come with the contact solver")
         if np.any(m.jnt_stiffnesspoly[j] != 0):
             unsupported(f"polynomial joint stiffness (joint {jname!r}/stiffness with polynomial terms)")
         if np.any(m.jnt_springyield[j] != 0):
             unsupported(f"joint spring yield (joint {jname!r}/springyield)")
     for d in range(m.nv):
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[d]))
-        if m.dof_frictionloss[d] > 0 and not (constraints_off or "frictionloss" in disableflags):
-            unsupported(f"dry joint friction (joint {jname!r}/frictionloss)")
         if np.any(m.dof_dampingpoly[d] != 0):
             unsupported(f"polynomial joint damping (joint {jname!r}/damping with polynomial terms)")
 
@@ -287,25 +322,18 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             if np.any(np.asarray(getattr(m, attr))[a] != 0):
                 unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
 
-    if not (constraints_off or "contact" in disableflags):
-        pair = _first_collision_pair(m, "filterparent" not in disableflags)
-        if pair is not None:
-            g1, g2 = (_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in pair)
-            unsupported(
-                f"contact between geoms {g1!r} and {g2!r} (geom/contype, conaffinity): collision comes with "
-                "the contact solver; set contype=conaffinity=0 or <option><flag contact='disable'/></option>"
-            )
 
 
-def _first_collision_pair(m: mujoco.MjModel, filterparent: bool) -> tuple[int, int] | None:
-    """The first geom pair MuJoCo's pair generation and filters would test, if any.
+def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, int, int]]:
+    """Every geom pair MuJoCo's collision stage tests, as (geom1, geom2, pair id or -1).
 
-    Mirrors the filters of the Computation chapter's "Collision detection": explicit
-    <pair>s, then contype/conaffinity, same (welded) body, parent-child and <exclude>.
+    Explicit <pair>s first, then the filters of the Computation chapter's "Collision
+    detection": contype/conaffinity, same (welded) body, parent-child, <exclude>, and
+    bodies that already have an explicit pair.
     """
-    if int(m.npair) > 0:
-        return int(m.pair_geom1[0]), int(m.pair_geom2[0])
+    pairs = [(int(m.pair_geom1[p]), int(m.pair_geom2[p]), p) for p in range(m.npair)]
     excluded = {int(s) for s in np.asarray(m.exclude_signature).reshape(-1)}
+    explicit = {int(s) for s in np.asarray(m.pair_signature).reshape(-1)}
     weld = np.asarray(m.body_weldid)
     parent = np.asarray(m.body_parentid)
     for g1 in range(m.ngeom):
@@ -319,8 +347,72 @@ def _first_collision_pair(m: mujoco.MjModel, filterparent: bool) -> tuple[int, i
             p1, p2 = int(weld[parent[w1]]), int(weld[parent[w2]])
             if filterparent and w1 != 0 and w2 != 0 and (w1 == p2 or w2 == p1):
                 continue
-            lo, hi = min(b1, b2), max(b1, b2)
-            if ((lo << 16) + hi) in excluded:
+            signature = (min(b1, b2) << 16) + max(b1, b2)
+            if signature in excluded or signature in explicit:
                 continue
-            return g1, g2
-    return None
+            pairs.append((g1, g2, -1))
+    return pairs
+
+
+def _pair_condim(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> int:
+    """condim of a contact: the pair's, the higher-priority geom's, or the max of both."""
+    if pair_id >= 0:
+        return int(m.pair_dim[pair_id])
+    p1, p2 = int(m.geom_priority[g1]), int(m.geom_priority[g2])
+    if p1 != p2:
+        return int(m.geom_condim[g1] if p1 > p2 else m.geom_condim[g2])
+    return int(max(m.geom_condim[g1], m.geom_condim[g2]))
+
+
+def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: str) -> ConstraintLayout:
+    """Static contact-slot and constraint-row layout (see types.ConstraintLayout)."""
+    from .collision import FUNCTIONS  # collision imports types only; no cycle at module load
+
+    off = lambda flag: "constraint" in disableflags or flag in disableflags  # noqa: E731
+    groups = []
+    if not off("contact"):
+        by_types: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+        for g1, g2, pid in _candidate_pairs(m, "filterparent" not in disableflags):
+            if m.geom_type[g1] > m.geom_type[g2]:
+                g1, g2 = g2, g1
+            types = (int(m.geom_type[g1]), int(m.geom_type[g2]))
+            if types not in FUNCTIONS:
+                n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
+                names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                raise UnsupportedFeatureError(
+                    f"collision between a {n1} and a {n2} (geoms {names[0]!r} and {names[1]!r}, geom/type) is "
+                    "not supported yet; set their contype/conaffinity so they cannot collide"
+                )
+            by_types.setdefault(types, []).append((g1, g2, pid))
+        for types, items in sorted(by_types.items()):
+            g1s, g2s, pids = zip(*items)
+            groups.append(
+                PairGroup(
+                    types=types,
+                    geom1=g1s,
+                    geom2=g2s,
+                    pair_id=pids,
+                    condim=tuple(_pair_condim(m, *item) for item in items),
+                    n_slots=FUNCTIONS[types][1],
+                )
+            )
+    eq_ids = [] if off("equality") else [i for i in range(m.neq) if m.eq_active0[i]]
+    friction_dofs = () if off("frictionloss") else tuple(int(d) for d in np.nonzero(m.dof_frictionloss > 0)[0])
+    limit_jnts, limit_sides = [], []
+    if not off("limit"):
+        for j in np.nonzero(m.jnt_limited)[0]:
+            if int(m.jnt_type[j]) == JointType.BALL:
+                limit_jnts.append(int(j))
+                limit_sides.append(0)
+            elif int(m.jnt_type[j]) in (JointType.HINGE, JointType.SLIDE):
+                limit_jnts += [int(j), int(j)]
+                limit_sides += [-1, 1]
+    return ConstraintLayout(
+        groups=tuple(groups),
+        eq_ids=tuple(eq_ids),
+        eq_types=tuple(int(m.eq_type[i]) for i in eq_ids),
+        friction_dofs=friction_dofs,
+        limit_jnts=tuple(limit_jnts),
+        limit_sides=tuple(limit_sides),
+        cone=cone,
+    )

@@ -181,17 +181,94 @@ class Topology:
         return np.asarray(qadr, dtype=np.int64), np.asarray(dadr, dtype=np.int64)
 
 
+@dataclasses.dataclass(frozen=True)
+class PairGroup:
+    """Candidate geom pairs that share one narrow-phase function (types[0] <= types[1])."""
+
+    types: tuple[int, int]
+    geom1: tuple[int, ...]
+    geom2: tuple[int, ...]
+    pair_id: tuple[int, ...]  # index into Model.pair_* for explicit <pair>s, -1 for geom mixing
+    condim: tuple[int, ...]
+    n_slots: int  # contacts the function can return per pair
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstraintLayout:
+    """Static layout of the contact array and of the constraint rows (efc), fixed at load time.
+
+    Contacts: the concatenation over `groups` of (pair, slot). Rows: MuJoCo's order,
+    equality, friction loss, limits, contacts; rows that do not exist at a given
+    state are masked, never removed, so shapes never change.
+    """
+
+    groups: tuple[PairGroup, ...] = ()
+    eq_ids: tuple[int, ...] = ()  # active-at-load equality constraints
+    eq_types: tuple[int, ...] = ()  # mjtEq of each (connect 0, weld 1, joint 2)
+    friction_dofs: tuple[int, ...] = ()
+    limit_jnts: tuple[int, ...] = ()  # one entry per limit row
+    limit_sides: tuple[int, ...] = ()  # -1 lower, +1 upper, 0 ball
+    cone: str = "pyramidal"
+
+    @functools.cached_property
+    def contact_geom(self) -> np.ndarray:
+        """(ncon, 2) geom ids of each contact slot."""
+        rows = [np.repeat(np.stack([g.geom1, g.geom2], -1), g.n_slots, axis=0) for g in self.groups]
+        return np.concatenate(rows) if rows else np.zeros((0, 2), np.int64)
+
+    @functools.cached_property
+    def contact_dim(self) -> np.ndarray:
+        rows = [np.repeat(np.asarray(g.condim, np.int64), g.n_slots) for g in self.groups]
+        return np.concatenate(rows) if rows else np.zeros((0,), np.int64)
+
+    @property
+    def ncon(self) -> int:
+        return len(self.contact_dim)
+
+    @functools.cached_property
+    def contact_rows(self) -> np.ndarray:
+        """Rows per contact: 1 frictionless, condim elliptic, 2(condim-1) pyramidal."""
+        dim = self.contact_dim
+        if self.cone == "elliptic":
+            return dim
+        return np.where(dim == 1, 1, 2 * (dim - 1))
+
+    @functools.cached_property
+    def contact_row_start(self) -> np.ndarray:
+        return self.ne + self.nf + self.nl + np.concatenate([[0], np.cumsum(self.contact_rows)[:-1]]).astype(np.int64)
+
+    @property
+    def ne(self) -> int:
+        return int(sum({0: 3, 1: 6, 2: 1}[t] for t in self.eq_types))
+
+    @property
+    def nf(self) -> int:
+        return len(self.friction_dofs)
+
+    @property
+    def nl(self) -> int:
+        return len(self.limit_jnts)
+
+    @property
+    def nefc(self) -> int:
+        return self.ne + self.nf + self.nl + int(np.sum(self.contact_rows))
+
+
 class Option(eqx.Module):
     """Physics options (mjOption). timestep and gravity are differentiable leaves."""
 
     timestep: Float[Array, ""]
     gravity: Float[Array, "3"]
+    impratio: Float[Array, ""]
+    meaninertia: Float[Array, ""]  # mjStatistic.meaninertia: scales the solver's tolerances
     integrator: str = eqx.field(static=True, default="euler")
     solver: str = eqx.field(static=True, default="newton")
     iterations: int = eqx.field(static=True, default=100)
     ls_iterations: int = eqx.field(static=True, default=50)
     cone: str = eqx.field(static=True, default="pyramidal")
     disableflags: tuple[str, ...] = eqx.field(static=True, default=())
+    tolerance: float = eqx.field(static=True, default=1e-8)
+    ls_tolerance: float = eqx.field(static=True, default=0.01)
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
@@ -210,6 +287,7 @@ class Model(eqx.Module):
     njnt: int = eqx.field(static=True)
     ngeom: int = eqx.field(static=True)
     topology: Topology = eqx.field(static=True)
+    constraints: ConstraintLayout = eqx.field(static=True)
     opt: Option
     # bodies
     body_pos: Float[Array, "nbody 3"]
@@ -218,6 +296,7 @@ class Model(eqx.Module):
     body_iquat: Float[Array, "nbody 4"]
     body_mass: Float[Array, " nbody"]
     body_inertia: Float[Array, "nbody 3"]
+    body_invweight0: Float[Array, "nbody 2"]
     # joints and dofs
     jnt_pos: Float[Array, "njnt 3"]
     jnt_axis: Float[Array, "njnt 3"]
@@ -227,6 +306,14 @@ class Model(eqx.Module):
     qpos_spring: Float[Array, " nq"]
     dof_damping: Float[Array, " nv"]
     dof_armature: Float[Array, " nv"]
+    dof_frictionloss: Float[Array, " nv"]
+    dof_solref: Float[Array, "nv 2"]
+    dof_solimp: Float[Array, "nv 5"]
+    dof_invweight0: Float[Array, " nv"]
+    jnt_range: Float[Array, "njnt 2"]
+    jnt_margin: Float[Array, " njnt"]
+    jnt_solref: Float[Array, "njnt 2"]
+    jnt_solimp: Float[Array, "njnt 5"]
     # geoms (stored for collision and rendering)
     geom_pos: Float[Array, "ngeom 3"]
     geom_quat: Float[Array, "ngeom 4"]
@@ -237,6 +324,21 @@ class Model(eqx.Module):
     geom_margin: Float[Array, " ngeom"]
     geom_gap: Float[Array, " ngeom"]
     geom_rbound: Float[Array, " ngeom"]
+    geom_solmix: Float[Array, " ngeom"]
+    # explicit contact pairs (<contact><pair>)
+    pair_friction: Float[Array, "npair 5"]
+    pair_solref: Float[Array, "npair 2"]
+    pair_solreffriction: Float[Array, "npair 2"]
+    pair_solimp: Float[Array, "npair 5"]
+    pair_margin: Float[Array, " npair"]
+    pair_gap: Float[Array, " npair"]
+    geom_priority: tuple[int, ...] = eqx.field(static=True)
+    # equality constraints
+    eq_obj1id: tuple[int, ...] = eqx.field(static=True)
+    eq_obj2id: tuple[int, ...] = eqx.field(static=True)
+    eq_data: Float[Array, "neq 12"]
+    eq_solref: Float[Array, "neq 2"]
+    eq_solimp: Float[Array, "neq 5"]
     # actuators
     actuator_gear: Float[Array, "nu 6"]
     actuator_gainprm: Float[Array, "nu 10"]
@@ -249,6 +351,42 @@ class Model(eqx.Module):
     @property
     def dtype(self):
         return self.body_mass.dtype
+
+
+class Contact(eqx.Module):
+    """Fixed-size contact array (mjData.contact); `mask` marks the contacts that exist.
+
+    Geom ids and condim of each slot are static: `model.constraints.contact_geom`,
+    `model.constraints.contact_dim`.
+    """
+
+    dist: Float[Array, " ncon"]
+    pos: Float[Array, "ncon 3"]
+    frame: Float[Array, "ncon 3 3"]  # rows: normal (geom1 -> geom2), tangent1, tangent2
+    includemargin: Float[Array, " ncon"]
+    friction: Float[Array, "ncon 5"]
+    solref: Float[Array, "ncon 2"]
+    solreffriction: Float[Array, "ncon 2"]
+    solimp: Float[Array, "ncon 5"]
+    mask: Bool[Array, " ncon"]
+
+    def replace(self, **changes) -> "Contact":
+        return dataclasses.replace(self, **changes)
+
+
+def empty_contact(ncon: int, dtype) -> Contact:
+    z = lambda *shape: jnp.zeros(shape, dtype=dtype)  # noqa: E731
+    return Contact(
+        dist=z(ncon),
+        pos=z(ncon, 3),
+        frame=jnp.broadcast_to(jnp.eye(3, dtype=dtype), (ncon, 3, 3)),
+        includemargin=z(ncon),
+        friction=z(ncon, 5),
+        solref=z(ncon, 2),
+        solreffriction=z(ncon, 2),
+        solimp=z(ncon, 5),
+        mask=jnp.zeros((ncon,), bool),
+    )
 
 
 class Data(eqx.Module):
@@ -297,6 +435,16 @@ class Data(eqx.Module):
     qfrc_smooth: Float[Array, " nv"]
     qacc_smooth: Float[Array, " nv"]
     qfrc_constraint: Float[Array, " nv"]
+    qacc_warmstart: Float[Array, " nv"]
+    # collision and constraints (fixed sizes; see ConstraintLayout)
+    contact: Contact
+    efc_J: Float[Array, "nefc nv"]
+    efc_pos: Float[Array, " nefc"]
+    efc_margin: Float[Array, " nefc"]
+    efc_D: Float[Array, " nefc"]
+    efc_aref: Float[Array, " nefc"]
+    efc_force: Float[Array, " nefc"]
+    efc_mask: Bool[Array, " nefc"]
 
     def replace(self, **changes) -> "Data":
         return dataclasses.replace(self, **changes)
@@ -343,6 +491,15 @@ def make_data(model: Model) -> Data:
         qfrc_smooth=z(model.nv),
         qacc_smooth=z(model.nv),
         qfrc_constraint=z(model.nv),
+        qacc_warmstart=z(model.nv),
+        contact=empty_contact(model.constraints.ncon, dt),
+        efc_J=z(model.constraints.nefc, model.nv),
+        efc_pos=z(model.constraints.nefc),
+        efc_margin=z(model.constraints.nefc),
+        efc_D=z(model.constraints.nefc),
+        efc_aref=z(model.constraints.nefc),
+        efc_force=z(model.constraints.nefc),
+        efc_mask=jnp.zeros((model.constraints.nefc,), bool),
     )
 
 

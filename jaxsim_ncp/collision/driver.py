@@ -1,0 +1,103 @@
+"""Collision driver: run the static pair table through the narrow phase.
+
+Pairs were generated and filtered at load time (`io._candidate_pairs`) and grouped
+by geom-type pair; each group is one vmapped call of its narrow-phase function, so
+the contact array has a fixed size (`model.constraints.ncon`) and `mask` says which
+slots hold a contact. Contact parameters follow MuJoCo's mixing rules (Modeling
+chapter, "Contact parameters"): explicit <pair> values, else the higher-priority
+geom's, else max friction and condim and solmix-weighted solref/solimp.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..types import Contact, Data, Model, PairGroup
+from .base import GeomFrame
+
+_MINVAL = 1e-15  # mjMINVAL
+_MINMU = 1e-5  # mjMINMU: contact friction is clamped below by this
+
+
+def _geom_params(model: Model, g1: np.ndarray, g2: np.ndarray):
+    """Mixed (friction[5], solref, solimp, margin, gap) of default geom pairs (mj_contactParam)."""
+    prio = np.asarray(model.geom_priority)
+    p1, p2 = prio[g1], prio[g2]
+    first = jnp.asarray((p1 > p2)[:, None])
+    second = jnp.asarray((p2 > p1)[:, None])
+
+    def pick(a1, a2, mixed):
+        return jnp.where(first, a1, jnp.where(second, a2, mixed))
+
+    f1, f2 = model.geom_friction[g1], model.geom_friction[g2]
+    friction3 = pick(f1, f2, jnp.maximum(f1, f2))
+    friction = friction3[:, jnp.array([0, 0, 1, 2, 2])]
+
+    s1, s2 = model.geom_solmix[g1], model.geom_solmix[g2]
+    ok1, ok2 = s1 >= _MINVAL, s2 >= _MINVAL
+    mix = jnp.where(ok1 & ok2, s1 / jnp.where(ok1 & ok2, s1 + s2, 1.0), jnp.where(ok1, 1.0, jnp.where(ok2, 0.0, 0.5)))
+    mix = mix[:, None]
+    r1, r2 = model.geom_solref[g1], model.geom_solref[g2]
+    standard = (r1[:, :1] > 0) & (r2[:, :1] > 0)
+    solref = pick(r1, r2, jnp.where(standard, mix * r1 + (1 - mix) * r2, jnp.minimum(r1, r2)))
+    i1, i2 = model.geom_solimp[g1], model.geom_solimp[g2]
+    solimp = pick(i1, i2, mix * i1 + (1 - mix) * i2)
+    margin = jnp.maximum(model.geom_margin[g1], model.geom_margin[g2])
+    gap = jnp.maximum(model.geom_gap[g1], model.geom_gap[g2])
+    return friction, solref, jnp.zeros_like(solref), solimp, margin, gap
+
+
+def _group_params(model: Model, group: PairGroup):
+    g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
+    pid = np.asarray(group.pair_id)
+    params = _geom_params(model, g1, g2)
+    if np.all(pid < 0):
+        return params
+    explicit = jnp.asarray(pid >= 0)
+    p = np.maximum(pid, 0)
+    pair = (
+        model.pair_friction[p],
+        model.pair_solref[p],
+        model.pair_solreffriction[p],
+        model.pair_solimp[p],
+        model.pair_margin[p],
+        model.pair_gap[p],
+    )
+    return tuple(
+        jnp.where(explicit.reshape((-1,) + (1,) * (a.ndim - 1)), b, a) for a, b in zip(params, pair)
+    )
+
+
+def collide(model: Model, data: Data) -> Contact:
+    """Narrow phase over every candidate pair (mj_collision); returns the fixed-size contact array."""
+    from . import FUNCTIONS
+
+    parts = []
+    for group in model.constraints.groups:
+        fn, n_slots = FUNCTIONS[group.types]
+        g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
+        friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
+        frame = lambda g: GeomFrame(data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g])  # noqa: E731
+        col = jax.vmap(fn)(frame(g1), frame(g2), margin)
+        rep = lambda a: jnp.repeat(a, n_slots, axis=0)  # noqa: E731
+        mask = col.valid.reshape(-1)
+        parts.append(
+            Contact(
+                dist=jnp.where(mask, col.dist.reshape(-1), 0.0),
+                pos=col.pos.reshape(-1, 3),
+                frame=col.frame.reshape(-1, 3, 3),
+                includemargin=rep(margin - gap),
+                friction=jnp.maximum(rep(friction), _MINMU),
+                solref=rep(solref),
+                solreffriction=rep(solreffriction),
+                solimp=rep(solimp),
+                mask=mask,
+            )
+        )
+    if not parts:
+        from ..types import empty_contact
+
+        return empty_contact(0, model.dtype)
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)

@@ -1,0 +1,392 @@
+"""Constraint rows: Jacobian J, residual pos, margin, regularizer R, reference acceleration.
+
+Follows the Computation chapter ("Constraint model", "Solver parameters") and
+MuJoCo's engine_core_constraint: rows in MuJoCo's order (equality, friction loss,
+limits, contacts) with a fixed count (`ConstraintLayout.nefc`) and a mask for rows
+that do not exist at this state.
+
+    impedance  d(r) from solimp (eq. "impedance"), r = pos - margin
+    R        = max(mjMINVAL, (1 - d) / d * diagApprox)          diagApprox from invweight0
+    aref     = -b (J v) - k d r,   k = 1/(dmax^2 tc^2 dr^2), b = 2/(dmax tc)  (standard solref)
+                                   k = -solref[0]/dmax^2, b = -solref[1]/dmax  (direct solref)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+from . import math
+from .types import Data, JointType, Model
+
+MINVAL = 1e-15  # mjMINVAL
+_MINIMP, _MAXIMP = 0.0001, 0.9999  # mjMINIMP, mjMAXIMP
+_CONNECT, _WELD, _JOINT = 0, 1, 2  # mjtEq
+
+
+class Rows(NamedTuple):
+    """Constraint rows of one category, before they are stacked."""
+
+    J: Float[Array, "n nv"]
+    pos: Float[Array, " n"]
+    margin: Float[Array, " n"]
+    diag_approx: Float[Array, " n"]
+    solref: Float[Array, "n 2"]
+    solimp: Float[Array, "n 5"]
+    imp_r: Float[Array, " n"]  # r = pos - margin the impedance is evaluated at (a connect/weld: norm over its rows)
+    stiff: Bool[Array, " n"]  # False where k = 0 (friction loss, elliptic friction rows)
+    mask: Bool[Array, " n"]
+    frictionloss: Float[Array, " n"]
+    jdot_v: Float[Array, " n"]  # J_dot v, subtracted from aref (connect/weld, MuJoCo >= 3.3)
+
+
+class Efc(NamedTuple):
+    """All constraint rows, stacked; what the solvers consume."""
+
+    J: Float[Array, "nefc nv"]
+    pos: Float[Array, " nefc"]
+    margin: Float[Array, " nefc"]
+    D: Float[Array, " nefc"]
+    R: Float[Array, " nefc"]
+    aref: Float[Array, " nefc"]
+    frictionloss: Float[Array, " nefc"]
+    mask: Bool[Array, " nefc"]
+    mu: Float[Array, " ncon"]  # regularized cone slope friction[0] * sqrt(R1 / R0)
+
+
+# ---------------------------------------------------------------------- Jacobians
+
+
+def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):
+    """Translational and rotational Jacobians (n, 3, nv) of points fixed to `body` (mj_jac)."""
+    topo = model.topology
+    chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)  # (n, nv)
+    root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
+    offset = point - data.subtree_com[root]
+    ang, lin = data.cdof[:, :3], data.cdof[:, 3:]
+    jacp = lin.T[None] + jnp.cross(ang[None, :, :], offset[:, None, :]).transpose(0, 2, 1)
+    return jacp * chain[:, None, :], ang.T[None] * chain[:, None, :]
+
+
+def _velocity_product_acc(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):
+    """(J_dot v) of points fixed to `body`: classical acceleration at zero qacc, and J_dot_r v."""
+    chain = jnp.asarray(model.topology.body_dof_chain[body], dtype=model.dtype)
+    acc = chain @ (data.cdof_dot * data.qvel[:, None])  # spatial (ang; lin about the tree com)
+    root = np.asarray(model.topology.body_rootid, dtype=np.int64)[body]
+    offset = point - data.subtree_com[root]
+    vel = data.cvel[body]
+    omega = vel[:, :3]
+    v_point = vel[:, 3:] + jnp.cross(omega, offset)
+    lin = acc[:, 3:] + jnp.cross(acc[:, :3], offset) + jnp.cross(omega, v_point)
+    return lin, acc[:, :3]
+
+
+# ---------------------------------------------------------------------- row builders
+
+
+def _empty(model: Model) -> Rows:
+    z = jnp.zeros((0,), model.dtype)
+    return Rows(
+        J=jnp.zeros((0, model.nv), model.dtype), pos=z, margin=z, diag_approx=z,
+        solref=jnp.zeros((0, 2), model.dtype), solimp=jnp.zeros((0, 5), model.dtype), imp_r=z,
+        stiff=jnp.zeros((0,), bool), mask=jnp.zeros((0,), bool), frictionloss=z, jdot_v=z,
+    )  # fmt: skip
+
+
+def _quat_left(q):
+    """Matrix L(q) with q * p = L(q) p (Hamilton product, p as 4-vector)."""
+    w, x, y, z = q
+    return jnp.array([[w, -x, -y, -z], [x, w, -z, y], [y, z, w, -x], [z, -y, x, w]])
+
+
+def _quat_right(q):
+    """Matrix R(q) with p * q = R(q) p."""
+    w, x, y, z = q
+    return jnp.array([[w, -x, -y, -z], [x, w, z, -y], [y, -z, w, x], [z, y, -x, w]])
+
+
+def _equality_rows(model: Model, data: Data) -> Rows:
+    """connect (3 rows), weld (6 rows) and joint (1 row) equalities (mj_instantiateEquality)."""
+    layout = model.constraints
+    if not layout.eq_ids:
+        return _empty(model)
+    parts = []
+    topo = model.topology
+    for k, etype in enumerate(layout.eq_types):
+        b1, b2 = model.eq_obj1id[k], model.eq_obj2id[k]
+        data_k = model.eq_data[k]
+        solref = model.eq_solref[k]
+        solimp = model.eq_solimp[k]
+        if etype in (_CONNECT, _WELD):
+            a1, a2 = (data_k[0:3], data_k[3:6]) if etype == _CONNECT else (data_k[3:6], data_k[0:3])
+            p1 = data.xmat[b1] @ a1 + data.xpos[b1]
+            p2 = data.xmat[b2] @ a2 + data.xpos[b2]
+            bodies = np.array([b1, b2])
+            jacp, jacr = point_jacobian(model, data, bodies, jnp.stack([p1, p2]))
+            accp, accr = _velocity_product_acc(model, data, bodies, jnp.stack([p1, p2]))
+            J = jacp[0] - jacp[1]
+            pos = p1 - p2
+            jdot_v = accp[0] - accp[1]
+            iw = model.body_invweight0
+            diag = jnp.full((3,), iw[b1, 0] + iw[b2, 0])
+            if etype == _WELD:
+                ts = data_k[10]
+                q0r = math.quat_mul(data.xquat[b1], data_k[6:10])
+                nq1 = math.quat_conj(data.xquat[b2])
+                err = math.quat_mul(nq1, q0r)[1:] * ts
+                # rotational rows: 0.5 * ts * vec(neg(q1) * (0, w) * q0 relpose), linear in w
+                lin_map = 0.5 * ts * (_quat_left(nq1) @ _quat_right(q0r))[1:, 1:]
+                Jr = lin_map @ (jacr[0] - jacr[1])
+                # J_dot v of those rows, by the product rule (as mj_Jdotv, incl. its quaternion rates)
+                w1, w2 = data.cvel[b1, :3], data.cvel[b2, :3]
+                dw = w1 - w2
+                pure = lambda v: jnp.concatenate([jnp.zeros(1, v.dtype), v])  # noqa: E731
+                qdot0r = math.quat_mul(0.5 * math.quat_mul(data.xquat[b1], pure(w1)), data_k[6:10])
+                nqdot1 = math.quat_conj(0.5 * math.quat_mul(data.xquat[b2], pure(w2)))
+                t1 = math.quat_mul(math.quat_mul(nqdot1, pure(dw)), q0r)
+                t2 = math.quat_mul(math.quat_mul(nq1, pure(accr[0] - accr[1])), q0r)
+                t3 = math.quat_mul(math.quat_mul(nq1, pure(dw)), qdot0r)
+                jdr = 0.5 * ts * (t1 + t2 + t3)[1:]
+                J = jnp.concatenate([J, Jr])
+                pos = jnp.concatenate([pos, err])
+                jdot_v = jnp.concatenate([jdot_v, jdr])
+                diag = jnp.concatenate([diag, jnp.full((3,), iw[b1, 1] + iw[b2, 1])])
+            n = pos.shape[0]
+            imp_r = jnp.full((n,), math.safe_norm(pos))
+        else:  # joint coupling: q1 - q1_0 - poly(q2 - q2_0)
+            j1, j2 = b1, b2
+            d1, q1 = topo.jnt_dofadr[j1], topo.jnt_qposadr[j1]
+            J = jnp.zeros((1, model.nv), model.dtype).at[0, d1].set(1.0)
+            pos1 = data.qpos[q1] - model.qpos0[q1]
+            diag = model.dof_invweight0[d1]
+            if j2 >= 0:
+                d2, q2 = topo.jnt_dofadr[j2], topo.jnt_qposadr[j2]
+                dif = data.qpos[q2] - model.qpos0[q2]
+                c = data_k[1:5]
+                poly = c[0] * dif + c[1] * dif**2 + c[2] * dif**3 + c[3] * dif**4
+                deriv = c[0] + 2 * c[1] * dif + 3 * c[2] * dif**2 + 4 * c[3] * dif**3
+                J = J.at[0, d2].add(-deriv)
+                pos1 = pos1 - poly
+                diag = diag + model.dof_invweight0[d2]
+            pos = (pos1 - data_k[0])[None]
+            jdot_v = jnp.zeros((1,), model.dtype)
+            diag = jnp.reshape(diag, (1,))
+            n = 1
+            imp_r = pos
+        parts.append(
+            Rows(
+                J=J, pos=pos, margin=jnp.zeros((n,), model.dtype), diag_approx=diag,
+                solref=jnp.broadcast_to(solref, (n, 2)), solimp=jnp.broadcast_to(solimp, (n, 5)),
+                imp_r=imp_r, stiff=jnp.ones((n,), bool), mask=jnp.ones((n,), bool),
+                frictionloss=jnp.zeros((n,), model.dtype), jdot_v=jdot_v,
+            )
+        )  # fmt: skip
+    return _concat(parts)
+
+
+def _friction_rows(model: Model, data: Data) -> Rows:
+    """Dry joint friction (friction loss): one row per dof, J = e_dof (mj_instantiateFriction)."""
+    dofs = np.asarray(model.constraints.friction_dofs, dtype=np.int64)
+    n = len(dofs)
+    if n == 0:
+        return _empty(model)
+    z = jnp.zeros((n,), model.dtype)
+    return Rows(
+        J=jnp.eye(model.nv, dtype=model.dtype)[dofs], pos=z, margin=z, diag_approx=model.dof_invweight0[dofs],
+        solref=model.dof_solref[dofs], solimp=model.dof_solimp[dofs], imp_r=z,
+        stiff=jnp.zeros((n,), bool), mask=jnp.ones((n,), bool),
+        frictionloss=model.dof_frictionloss[dofs], jdot_v=z,
+    )  # fmt: skip
+
+
+def _limit_rows(model: Model, data: Data) -> Rows:
+    """Joint limits: lower and upper rows for hinge/slide, one angle row for ball (mj_instantiateLimit)."""
+    layout, topo = model.constraints, model.topology
+    jnt = np.asarray(layout.limit_jnts, dtype=np.int64)
+    n = len(jnt)
+    if n == 0:
+        return _empty(model)
+    side = np.asarray(layout.limit_sides)
+    qadr = np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt]
+    dadr = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
+    is_ball = side == 0
+    # hinge / slide: dist = side * (range[side] - q), J = -side e_dof
+    q = data.qpos[np.minimum(qadr, model.nq - 1)]
+    bound = model.jnt_range[jnt, np.where(side > 0, 1, 0)]
+    dist = jnp.asarray(side, model.dtype) * (bound - q)
+    J = jnp.zeros((n, model.nv), model.dtype).at[np.arange(n), dadr].set(jnp.asarray(-side, model.dtype))
+    if np.any(is_ball):
+        quat = math.normalize(data.qpos[np.minimum(qadr[:, None] + np.arange(4), model.nq - 1)])
+        rotvec = math.quat_to_rotvec(quat)
+        angle = math.safe_norm(rotvec)
+        axis = math.normalize(rotvec)
+        ball_dist = jnp.max(model.jnt_range[jnt], axis=-1) - angle
+        dist = jnp.where(jnp.asarray(is_ball), ball_dist, dist)
+        cols = np.minimum(dadr[:, None] + np.arange(3), model.nv - 1)
+        ball_J = jnp.zeros((n, model.nv), model.dtype).at[np.arange(n)[:, None], cols].set(-axis)
+        J = jnp.where(jnp.asarray(is_ball)[:, None], ball_J, J)
+    margin = model.jnt_margin[jnt]
+    return Rows(
+        J=J, pos=dist, margin=margin, diag_approx=model.dof_invweight0[dadr],
+        solref=model.jnt_solref[jnt], solimp=model.jnt_solimp[jnt], imp_r=dist - margin,
+        stiff=jnp.ones((n,), bool), mask=dist < margin,
+        frictionloss=jnp.zeros((n,), model.dtype), jdot_v=jnp.zeros((n,), model.dtype),
+    )  # fmt: skip
+
+
+class ContactRowIndex(NamedTuple):
+    """Static map from contact rows to (contact, frame axis, pyramid sign)."""
+
+    contact: np.ndarray
+    axis: np.ndarray  # 0 normal, 1..5 friction axes
+    sign: np.ndarray  # pyramidal edge sign (+1/-1), 0 for elliptic / frictionless rows
+
+
+def contact_row_index(model: Model) -> ContactRowIndex:
+    layout = model.constraints
+    contact, axis, sign = [], [], []
+    for c, dim in enumerate(layout.contact_dim):
+        if dim == 1:
+            contact.append(c), axis.append(0), sign.append(0)
+        elif layout.cone == "elliptic":
+            contact += [c] * dim
+            axis += list(range(dim))
+            sign += [0] * dim
+        else:
+            for k in range(1, dim):
+                contact += [c, c]
+                axis += [k, k]
+                sign += [1, -1]
+    as_int = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    return ContactRowIndex(as_int(contact), as_int(axis), as_int(sign))
+
+
+def _contact_rows(model: Model, data: Data) -> Rows:
+    """Contact rows (mj_instantiateContact): frame-rotated Jacobian differences, body2 - body1."""
+    layout = model.constraints
+    if layout.ncon == 0:
+        return _empty(model)
+    con = data.contact
+    geom = layout.contact_geom
+    body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[geom]  # (ncon, 2)
+    jp1, jr1 = point_jacobian(model, data, body[:, 0], con.pos)
+    jp2, jr2 = point_jacobian(model, data, body[:, 1], con.pos)
+    frame = con.frame
+    J6 = jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)  # (ncon, 6, nv)
+
+    idx = contact_row_index(model)
+    c, k, sign = idx.contact, idx.axis, idx.sign
+    fric = con.friction[c, np.maximum(k - 1, 0)]
+    elliptic = layout.cone == "elliptic"
+    if elliptic:
+        J = J6[c, k]
+    else:  # pyramid edges J_n +- mu_k J_k (frictionless rows: J_n)
+        J = J6[c, 0] + (jnp.asarray(sign, model.dtype) * fric)[:, None] * J6[c, k]
+
+    iw = model.body_invweight0
+    tran = iw[body[:, 0], 0] + iw[body[:, 1], 0]
+    rot = iw[body[:, 0], 1] + iw[body[:, 1], 1]
+    lin_axis = jnp.asarray(k < 3)
+    if elliptic:
+        diag = jnp.where(lin_axis, tran[c], rot[c])
+    else:
+        diag = tran[c] + jnp.where(jnp.asarray(k >= 1), fric**2 * jnp.where(lin_axis, tran[c], rot[c]), 0.0)
+    normal = jnp.asarray((k == 0) | (not elliptic))
+    dist = con.dist[c]
+    margin = con.includemargin[c]
+    # elliptic friction rows use solreffriction when it is set
+    use_fr = jnp.asarray(k > 0) & elliptic & jnp.any(con.solreffriction[c] != 0, axis=-1)
+    solref = jnp.where(use_fr[:, None], con.solreffriction[c], con.solref[c])
+    return Rows(
+        J=J, pos=jnp.where(normal, dist, 0.0), margin=jnp.where(normal, margin, 0.0), diag_approx=diag,
+        solref=solref, solimp=con.solimp[c], imp_r=dist - margin,  # every row of a contact: the normal's r
+        stiff=normal, mask=con.mask[c],
+        frictionloss=jnp.zeros_like(dist), jdot_v=jnp.zeros_like(dist),
+    )  # fmt: skip
+
+
+def _concat(parts: list[Rows]) -> Rows:
+    return Rows(*(jnp.concatenate(xs) for xs in zip(*parts)))
+
+
+# ---------------------------------------------------------------------- parameters
+
+
+def impedance(solimp: Float[Array, "n 5"], r: Float[Array, " n"]) -> Float[Array, " n"]:
+    """d(r) of the Computation chapter: a sigmoid from dmin to dmax over width, power p, midpoint m."""
+    dmin, dmax, width, mid, power = (solimp[:, i] for i in range(5))
+    flat = (dmin == dmax) | (width <= MINVAL)
+    x = jnp.abs(r) / jnp.where(flat, 1.0, width)
+    inside = (x > 0) & (x < 1) & ~flat
+    xs = jnp.where(inside, x, 0.5)
+    ms = jnp.clip(mid, MINVAL, 1 - MINVAL)
+    low = xs**power / ms ** (power - 1)
+    high = 1 - (1 - xs) ** power / (1 - ms) ** (power - 1)
+    y = jnp.where(power == 1, xs, jnp.where(xs <= mid, low, high))
+    imp = jnp.where(inside, dmin + y * (dmax - dmin), jnp.where(x >= 1, dmax, dmin))
+    return jnp.where(flat, 0.5 * (dmin + dmax), imp)
+
+
+def _clamp_solimp(solimp):
+    lo = jnp.clip(solimp[:, 0], _MINIMP, _MAXIMP)
+    hi = jnp.clip(solimp[:, 1], _MINIMP, _MAXIMP)
+    mid = jnp.clip(solimp[:, 3], _MINIMP, _MAXIMP)
+    return jnp.stack([lo, hi, jnp.maximum(solimp[:, 2], 0.0), mid, jnp.maximum(solimp[:, 4], 1.0)], axis=-1)
+
+
+def make_efc(model: Model, data: Data) -> Efc:
+    """Stack all rows and compute R, D and aref (mj_makeConstraint, mj_makeImpedance, mj_referenceConstraint)."""
+    layout = model.constraints
+    rows = _concat([_equality_rows(model, data), _friction_rows(model, data), _limit_rows(model, data), _contact_rows(model, data)])
+    solimp = _clamp_solimp(rows.solimp)
+    solref = rows.solref
+    standard = solref[:, 0] > 0
+    if not model.opt.disabled("refsafe"):
+        solref = solref.at[:, 0].set(jnp.where(standard, jnp.maximum(solref[:, 0], 2 * model.opt.timestep), solref[:, 0]))
+    imp = impedance(solimp, rows.imp_r)
+    dmax = solimp[:, 1]
+    R = jnp.maximum(MINVAL, (1 - imp) * rows.diag_approx / imp)
+
+    mu = jnp.zeros((layout.ncon,), model.dtype)
+    if layout.ncon:
+        R, mu = _contact_regularizer(model, data, R)
+    D = 1.0 / R
+    tc, dr = solref[:, 0], solref[:, 1]
+    k_std = 1.0 / jnp.maximum(MINVAL, dmax**2 * tc**2 * dr**2)
+    k_dir = -tc / jnp.maximum(MINVAL, dmax**2)
+    k = jnp.where(rows.stiff, jnp.where(standard, k_std, k_dir), 0.0)
+    b = jnp.where(dr > 0, 2.0 / jnp.maximum(MINVAL, dmax * tc), -dr / jnp.maximum(MINVAL, dmax))
+    vel = rows.J @ data.qvel
+    aref = -b * vel - k * imp * (rows.pos - rows.margin) - rows.jdot_v
+    mask = rows.mask
+    return Efc(
+        J=jnp.where(mask[:, None], rows.J, 0.0), pos=rows.pos, margin=rows.margin,
+        D=jnp.where(mask, D, 0.0), R=R, aref=jnp.where(mask, aref, 0.0),
+        frictionloss=rows.frictionloss, mask=mask, mu=mu,
+    )  # fmt: skip
+
+
+def _contact_regularizer(model: Model, data: Data, R):
+    """Friction-dimension R of each contact (second loop of mj_makeImpedance) and the cone slope mu."""
+    layout = model.constraints
+    idx = contact_row_index(model)
+    start = layout.contact_row_start
+    dim = layout.contact_dim
+    friction = data.contact.friction
+    R0 = R[start]
+    frictional = dim > 1
+    R1 = R0 / jnp.maximum(MINVAL, model.opt.impratio)
+    mu = jnp.where(jnp.asarray(frictional), friction[:, 0] * jnp.sqrt(R1 / R0), 0.0)
+    rows = np.arange(layout.ne + layout.nf + layout.nl, layout.nefc)
+    c, k = idx.contact, idx.axis
+    fr = jnp.asarray(frictional)[c]
+    if layout.cone == "elliptic":
+        f = friction[c, np.maximum(k - 1, 0)]
+        R_fric = R1[c] * friction[c, 0] ** 2 / f**2
+        new = jnp.where(jnp.asarray(k == 0), R[rows], R_fric)
+    else:
+        new = 2 * mu[c] ** 2 * R0[c]
+    return R.at[rows].set(jnp.where(fr, new, R[rows])), mu

@@ -1,0 +1,287 @@
+"""MuJoCo's reduced primal problem solved by exact Newton with an exact line search.
+
+Computation chapter, "Constraint solver" / "Newton": minimize over the acceleration a
+
+    cost(a) = 1/2 (a - a0)^T M (a - a0) + s(J a - aref)
+
+where s is the soft-constraint penalty of each row: 1/2 D jar^2 for equality rows,
+for active one-sided rows (limits, frictionless and pyramidal contacts, jar < 0),
+Huber for friction loss, and the three-zone elliptic-cone penalty (top: 0; bottom:
+quadratic; middle: 1/2 D0/(mu^2 (1 + mu^2)) (N - mu T)^2). Each iteration solves
+(M + J^T H_s J) p = -grad with a Cholesky factorization and minimizes the convex,
+piecewise-smooth 1-D cost along p with safeguarded Newton steps. Iteration counts
+are static (`lax.scan`); a per-world converged mask freezes finished solves, so the
+solver vmaps.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+from jaxtyping import Array, Float
+
+from ..constraint import Efc, contact_row_index
+from ..types import Model
+
+_MINVAL = 1e-15
+
+
+class ConeIndex(NamedTuple):
+    """Static (ncone, 6) row indices of elliptic contacts (padded with a valid-row mask)."""
+
+    contact: np.ndarray  # (ncone,)
+    rows: np.ndarray  # (ncone, 6)
+    valid: np.ndarray  # (ncone, 6)
+
+
+class RowKinds(NamedTuple):
+    equality: np.ndarray  # bool (nefc,)
+    friction: np.ndarray
+    one_sided: np.ndarray
+    cone: ConeIndex | None
+
+
+def row_kinds(model: Model) -> RowKinds:
+    layout = model.constraints
+    n = layout.nefc
+    kind = np.zeros(n, np.int64)
+    kind[: layout.ne] = 0
+    kind[layout.ne : layout.ne + layout.nf] = 1
+    kind[layout.ne + layout.nf :] = 2
+    cone = None
+    if layout.cone == "elliptic" and layout.ncon:
+        dims = layout.contact_dim
+        cons = np.nonzero(dims > 1)[0]
+        if len(cons):
+            start = layout.contact_row_start[cons]
+            offs = np.arange(6)
+            valid = offs[None, :] < dims[cons][:, None]
+            rows = np.where(valid, start[:, None] + offs[None, :], start[:, None])
+            kind[rows[valid]] = 3
+            cone = ConeIndex(cons, rows, valid)
+    return RowKinds(kind == 0, kind == 1, kind == 2, cone)
+
+
+class _Cone(NamedTuple):
+    mu: Array  # (ncone,)
+    scale: Array  # (ncone, 6): diag(mu, friction) mapping jar to the regular dual-cone space
+    D0: Array  # (ncone,)
+
+
+def _cone_data(model: Model, efc: Efc, friction: Array, kinds: RowKinds) -> _Cone | None:
+    cone = kinds.cone
+    if cone is None:
+        return None
+    mu = efc.mu[cone.contact]
+    fr = friction[cone.contact]  # (ncone, 5)
+    scale = jnp.concatenate([mu[:, None], fr], axis=1) * jnp.asarray(cone.valid, fr.dtype)
+    return _Cone(mu, scale, efc.D[cone.rows[:, 0]])
+
+
+def _zones(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None):
+    """Per-row force, per-row quadratic weight, and elliptic middle-zone data at jar."""
+    D, R, fl = efc.D, efc.R, efc.frictionloss
+    eq = jnp.asarray(kinds.equality)
+    fr = jnp.asarray(kinds.friction)
+    one = jnp.asarray(kinds.one_sided)
+    lin_neg = fr & (jar <= -R * fl)
+    lin_pos = fr & (jar >= R * fl)
+    quad = eq | (fr & ~lin_neg & ~lin_pos) | (one & (jar < 0))
+    quad = quad & efc.mask
+    force = jnp.where(quad, -D * jar, 0.0)
+    force = jnp.where(lin_neg & efc.mask, fl, jnp.where(lin_pos & efc.mask, -fl, force))
+    middle = None
+    if cone is not None:
+        idx = kinds.cone
+        U = jar[idx.rows] * cone.scale  # (ncone, 6)
+        N = U[:, 0]
+        Tsq = jnp.sum(U[:, 1:] ** 2, axis=-1)
+        T = jnp.sqrt(jnp.where(Tsq > 0, Tsq, 1.0)) * (Tsq > 0)
+        mu = cone.mu
+        active = efc.mask[idx.rows[:, 0]]
+        top = (N >= mu * T) | ((T <= 0) & (N >= 0))
+        bottom = ~top & ((mu * N + T <= 0) | ((T <= 0) & (N < 0)))
+        mid = ~top & ~bottom & active
+        bottom = bottom & active
+        rows_bottom = jnp.zeros_like(quad).at[idx.rows].max(bottom[:, None] & jnp.asarray(idx.valid))
+        quad = quad | rows_bottom
+        force = jnp.where(rows_bottom, -D * jar, force)
+        Dm = cone.D0 / (mu**2 * (1 + mu**2) + _MINVAL)
+        NmT = N - mu * T
+        Ts = jnp.where(mid, T, 1.0)
+        f0 = -Dm * NmT * mu
+        fU = jnp.concatenate([f0[:, None], (-f0 / Ts)[:, None] * U[:, 1:] * cone.scale[:, 1:]], axis=1)
+        fU = jnp.where(mid[:, None] & jnp.asarray(idx.valid), fU, 0.0)
+        force = force.at[idx.rows].add(fU * jnp.asarray(idx.valid))
+        middle = (mid, U, N, Ts, Dm)
+    return force, quad, middle
+
+
+def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad):
+    D, R, fl = efc.D, efc.R, efc.frictionloss
+    fr = jnp.asarray(kinds.friction) & efc.mask
+    s = jnp.sum(jnp.where(quad, 0.5 * D * jar**2, 0.0))
+    lin = fr & ~quad
+    s += jnp.sum(jnp.where(lin, -0.5 * R * fl**2 + fl * jnp.abs(jar), 0.0))
+    return s
+
+
+def _hessian(M, efc: Efc, quad, middle, kinds: RowKinds, cone: _Cone | None):
+    J = efc.J
+    H = M + J.T @ (jnp.where(quad, efc.D, 0.0)[:, None] * J)
+    if middle is not None:
+        mid, U, N, T, Dm = middle
+        idx = kinds.cone
+        mu = cone.mu
+        Ut = U[:, 1:]
+        # cone Hessian in U space: [1, -mu/T U_t; ., mu N / T^3 U_t U_t^T + (mu^2 - mu N / T) I]
+        top_row = jnp.concatenate([jnp.ones_like(mu)[:, None], (-mu / T)[:, None] * Ut], axis=1)
+        block = (mu * N / T**3)[:, None, None] * Ut[:, :, None] * Ut[:, None, :]
+        block = block + (mu**2 - mu * N / T)[:, None, None] * jnp.eye(5, dtype=U.dtype)
+        Hc = jnp.zeros((U.shape[0], 6, 6), U.dtype)
+        Hc = Hc.at[:, 0, :].set(top_row).at[:, :, 0].set(top_row).at[:, 1:, 1:].set(block)
+        Hc = Hc * (cone.scale[:, :, None] * cone.scale[:, None, :]) * Dm[:, None, None]
+        Hc = jnp.where(mid[:, None, None], Hc, 0.0)
+        Jc = J[idx.rows] * jnp.asarray(idx.valid, J.dtype)[:, :, None]  # (ncone, 6, nv)
+        H = H + jnp.einsum("cin,cij,cjm->nm", Jc, Hc, Jc)
+    return H
+
+
+class _Eval(NamedTuple):
+    cost: Array
+    d1: Array
+    d2: Array
+
+
+def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | None) -> _Eval:
+    """Cost along the search direction and its first two derivatives in alpha (exact)."""
+    x = jar + alpha * Jp
+    _, quad, middle = _zones(x, efc, kinds, cone)
+    D, R, fl = efc.D, efc.R, efc.frictionloss
+    cost = gauss[0] + alpha * gauss[1] + 0.5 * alpha**2 * gauss[2]
+    d1 = gauss[1] + alpha * gauss[2]
+    d2 = gauss[2]
+    cost += _cost(x, efc, kinds, cone, quad)
+    d1 += jnp.sum(jnp.where(quad, D * x * Jp, 0.0))
+    d2 += jnp.sum(jnp.where(quad, D * Jp**2, 0.0))
+    lin = jnp.asarray(kinds.friction) & efc.mask & ~quad
+    d1 += jnp.sum(jnp.where(lin, fl * jnp.sign(x) * Jp, 0.0))
+    if middle is not None:
+        mid, U, N, _, Dm = middle
+        idx = kinds.cone
+        V = Jp[idx.rows] * cone.scale
+        T = jnp.sqrt(jnp.maximum(jnp.sum(U[:, 1:] ** 2, -1), _MINVAL**2))
+        t1 = jnp.sum(U[:, 1:] * V[:, 1:], -1) / T
+        t2 = (jnp.sum(V[:, 1:] ** 2, -1) - t1**2) / T
+        nmt = N - cone.mu * T
+        nmt1 = V[:, 0] - cone.mu * t1
+        cost += jnp.sum(jnp.where(mid, 0.5 * Dm * nmt**2, 0.0))
+        d1 += jnp.sum(jnp.where(mid, Dm * nmt * nmt1, 0.0))
+        d2 += jnp.sum(jnp.where(mid, Dm * (nmt1**2 - nmt * cone.mu * t2), 0.0))
+    return _Eval(cost, d1, d2)
+
+
+def _total_cost(qacc, M, qfrc_smooth, efc, kinds, cone):
+    jar = efc.J @ qacc - efc.aref
+    _, quad, middle = _zones(jar, efc, kinds, cone)
+    s = _cost(jar, efc, kinds, cone, quad)
+    if middle is not None:
+        mid, _, N, T, Dm = middle
+        s += jnp.sum(jnp.where(mid, 0.5 * Dm * (N - cone.mu * T) ** 2, 0.0))
+    return 0.5 * qacc @ M @ qacc - qacc @ qfrc_smooth + s
+
+
+class Solution(NamedTuple):
+    qacc: Float[Array, " nv"]
+    efc_force: Float[Array, " nefc"]
+    qfrc_constraint: Float[Array, " nv"]
+    iterations: Array  # Newton iterations used
+
+
+def solve(
+    model: Model,
+    M: Float[Array, "nv nv"],
+    qfrc_smooth: Float[Array, " nv"],
+    qacc_smooth: Float[Array, " nv"],
+    qacc_warmstart: Float[Array, " nv"],
+    efc: Efc,
+    friction: Float[Array, "ncon 5"],
+) -> Solution:
+    """Minimize the reduced primal cost (mj_solNewton) from the better of warm start and a0."""
+    kinds = row_kinds(model)
+    cone = _cone_data(model, efc, friction, kinds)
+    opt = model.opt
+    nv = model.nv
+    scale = 1.0 / (opt.meaninertia * max(1, nv))
+
+    cost_ws = _total_cost(qacc_warmstart, M, qfrc_smooth, efc, kinds, cone)
+    cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
+    qacc0 = jnp.where(cost_ws < cost_sm, qacc_warmstart, qacc_smooth)
+
+    def newton_iteration(carry, _):
+        qacc, done, count = carry
+        jar = efc.J @ qacc - efc.aref
+        force, quad, middle = _zones(jar, efc, kinds, cone)
+        Ma = M @ qacc
+        grad = Ma - qfrc_smooth - efc.J.T @ force
+        H = _hessian(M, efc, quad, middle, kinds, cone)
+        chol = jsl.cho_factor(H, lower=True)
+        p = -jsl.cho_solve(chol, grad)
+        Jp = efc.J @ p
+        gauss = (0.5 * qacc @ Ma - qacc @ qfrc_smooth, p @ (Ma - qfrc_smooth), p @ M @ p)
+        ev = lambda a: _line_eval(a, jar, Jp, gauss, efc, kinds, cone)  # noqa: E731
+        start = ev(jnp.zeros((), qacc.dtype))
+        alpha = _line_search(ev, start, opt.ls_iterations, opt.ls_tolerance)
+        new_cost = ev(alpha).cost
+        improvement = scale * (start.cost - new_cost)
+        qacc_new = qacc + alpha * p
+        jar_new = efc.J @ qacc_new - efc.aref
+        force_new, _, _ = _zones(jar_new, efc, kinds, cone)
+        grad_new = M @ qacc_new - qfrc_smooth - efc.J.T @ force_new
+        gnorm = scale * jnp.sqrt(jnp.sum(grad_new**2))
+        converged = (improvement < opt.tolerance) | (gnorm < opt.tolerance)
+        qacc = jnp.where(done, qacc, qacc_new)
+        return (qacc, done | converged, count + jnp.where(done, 0, 1)), None
+
+    grad0_force, _, _ = _zones(efc.J @ qacc0 - efc.aref, efc, kinds, cone)
+    grad0 = M @ qacc0 - qfrc_smooth - efc.J.T @ grad0_force
+    done0 = scale * jnp.sqrt(jnp.sum(grad0**2)) < opt.tolerance
+    init = (qacc0, done0, jnp.zeros((), jnp.int32))
+    (qacc, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=opt.iterations)
+    force, _, _ = _zones(efc.J @ qacc - efc.aref, efc, kinds, cone)
+    return Solution(qacc, force, efc.J.T @ force, count)
+
+
+def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float):
+    """Exact 1-D minimization of a convex piecewise-smooth cost: bracketed Newton steps.
+
+    Starts at alpha = 0 (d1 < 0 along a descent direction); each step jumps to the
+    minimum of the local quadratic model, falling back to bisection when that leaves
+    the bracket. Stops refining once |d1| <= ls_tolerance * |d1(0)|.
+    """
+    gtol = ls_tolerance * jnp.abs(start.d1)
+    dtype = start.cost.dtype
+
+    def body(carry, _):
+        alpha, cur, lo, hi, best, best_cost = carry
+        step = alpha - cur.d1 / jnp.maximum(cur.d2, _MINVAL)
+        outside = (step <= lo) | (step >= hi)
+        cand = jnp.where(outside, jnp.where(jnp.isfinite(hi), 0.5 * (lo + hi), 2 * jnp.maximum(step, lo) + 1), step)
+        done = jnp.abs(cur.d1) <= gtol
+        cand = jnp.where(done, alpha, cand)
+        new = ev(cand)
+        lo = jnp.where(done | (new.d1 > 0), lo, cand)
+        hi = jnp.where(~done & (new.d1 > 0), cand, hi)
+        better = new.cost < best_cost
+        best = jnp.where(better, cand, best)
+        best_cost = jnp.where(better, new.cost, best_cost)
+        return (cand, new, lo, hi, best, best_cost), None
+
+    zero = jnp.zeros((), dtype)
+    init = (zero, start, zero, jnp.asarray(jnp.inf, dtype), zero, start.cost)
+    (_, _, _, _, best, _), _ = jax.lax.scan(body, init, None, length=max(1, iterations))
+    return best
