@@ -72,15 +72,24 @@ def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Arra
 
 
 def _velocity_product_acc(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):
-    """(J_dot v) of points fixed to `body`: classical acceleration at zero qacc, and J_dot_r v."""
-    chain = jnp.asarray(model.topology.body_dof_chain[body], dtype=model.dtype)
-    acc = chain @ (data.cdof_dot * data.qvel[:, None])  # spatial (ang; lin about the tree com)
-    root = np.asarray(model.topology.body_rootid, dtype=np.int64)[body]
+    """(J_dot v) of points fixed to `body`, translational and rotational, as MuJoCo's mj_jacDot.
+
+    mj_jacDot differentiates cdof of ball and free-rotation dofs with the body's full
+    velocity (cvel x cdof) rather than the parent velocity used in cdof_dot.
+    """
+    topo = model.topology
+    jtype = np.asarray(topo.jnt_type, dtype=np.int64)[np.asarray(topo.dof_jntid, dtype=np.int64)]
+    quat_dof = (jtype == JointType.BALL) | ((jtype == JointType.FREE) & ~topo.dof_free_translation)
+    dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
+    own = math.cross_motion(data.cvel[dof_body], data.cdof)
+    cdof_dot = jnp.where(jnp.asarray(quat_dof)[:, None], own, data.cdof_dot)
+    chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)
+    acc = chain @ (cdof_dot * data.qvel[:, None])  # (n, 6): sum_i cdof_dot_i v_i
+    root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
     offset = point - data.subtree_com[root]
     vel = data.cvel[body]
-    omega = vel[:, :3]
-    v_point = vel[:, 3:] + jnp.cross(omega, offset)
-    lin = acc[:, 3:] + jnp.cross(acc[:, :3], offset) + jnp.cross(omega, v_point)
+    v_point = vel[:, 3:] + jnp.cross(vel[:, :3], offset)
+    lin = acc[:, 3:] + jnp.cross(acc[:, :3], offset) + jnp.cross(vel[:, :3], v_point)
     return lin, acc[:, :3]
 
 
@@ -144,8 +153,8 @@ def _equality_rows(model: Model, data: Data) -> Rows:
                 w1, w2 = data.cvel[b1, :3], data.cvel[b2, :3]
                 dw = w1 - w2
                 pure = lambda v: jnp.concatenate([jnp.zeros(1, v.dtype), v])  # noqa: E731
-                qdot0r = math.quat_mul(0.5 * math.quat_mul(data.xquat[b1], pure(w1)), data_k[6:10])
-                nqdot1 = math.quat_conj(0.5 * math.quat_mul(data.xquat[b2], pure(w2)))
+                qdot0r = math.quat_mul(0.5 * math.quat_mul(pure(w1), data.xquat[b1]), data_k[6:10])
+                nqdot1 = math.quat_conj(0.5 * math.quat_mul(pure(w2), data.xquat[b2]))
                 t1 = math.quat_mul(math.quat_mul(nqdot1, pure(dw)), q0r)
                 t2 = math.quat_mul(math.quat_mul(nq1, pure(accr[0] - accr[1])), q0r)
                 t3 = math.quat_mul(math.quat_mul(nq1, pure(dw)), qdot0r)
