@@ -1,0 +1,168 @@
+"""Contact, limit, friction-loss and equality constraints against MuJoCo (float64).
+
+Fixed states: qacc and every row of efc_force agree with mj_forward (both cones,
+solver run to convergence). Trajectories: 100 steps agree with mj_step.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+
+HUMANOID = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
+
+
+def _free(name, pos, quat, geom):
+    return f'<body name="{name}" pos="{pos}" quat="{quat}"><freejoint/>{geom}</body>'
+
+
+def _scene(bodies, option=""):
+    return f'<mujoco><option timestep="0.005" {option}/><worldbody><geom name="floor" type="plane" size="5 5 .1"/>{bodies}</worldbody></mujoco>'
+
+
+SCENES = {
+    "box_resting": (_scene(_free("box", "0 0 0.099", "1 0 0 0", '<geom type="box" size=".1 .1 .1"/>')), None),
+    "box_sliding": (_scene(_free("box", "0 0 0.099", "1 0 0 0", '<geom type="box" size=".1 .08 .1" friction=".4"/>')), [1.5, 0.5, 0, 0, 0, 0.3]),
+    "capsule_rolling": (_scene(_free("cap", "0 0 0.049", ".7071 .7071 0 0", '<geom type="capsule" size=".05 .2" condim="4"/>')), [0.4, 0, 0, 0, -8, 0]),
+    "cylinder_rolling": (_scene(_free("cyl", "0 0 0.0495", ".7071 .7071 0 0", '<geom type="cylinder" size=".05 .2" condim="6"/>')), [0.4, 0, 0, 0, -8, 0]),
+    "spheres_and_boxes": (
+        _scene(
+            _free("s1", "0 0 0.049", "1 0 0 0", '<geom type="sphere" size=".05"/>')
+            + _free("s2", ".02 0 .145", "1 0 0 0", '<geom type="sphere" size=".05"/>')
+            + _free("b1", ".5 0 .099", "1 0 0 0", '<geom type="box" size=".1 .1 .1"/>')
+            + _free("b2", ".53 .02 .297", ".995 0 0 .0998", '<geom type="box" size=".1 .1 .1"/>')
+            + _free("s3", ".5 .3 .15", "1 0 0 0", '<geom type="sphere" size=".06"/>')
+            + _free("c3", ".55 .3 .3", ".9 .3 .2 0", '<geom type="capsule" size=".04 .1"/>')
+        ),
+        None,
+    ),
+    "chain_limits": (
+        """<mujoco><option timestep="0.005"/><worldbody>
+        <body pos="0 0 1"><joint type="hinge" axis="0 1 0" range="-30 30" frictionloss=".2"/>
+          <geom type="capsule" fromto="0 0 0 .3 0 0" size=".04" contype="0" conaffinity="0"/>
+          <body pos=".3 0 0"><joint type="hinge" axis="0 1 0" range="-10 10" damping=".1"/>
+            <geom type="capsule" fromto="0 0 0 .3 0 0" size=".04" contype="0" conaffinity="0"/>
+            <body pos=".3 0 0"><joint type="ball" range="0 20"/>
+              <geom type="capsule" fromto="0 0 0 .3 0 0" size=".04" contype="0" conaffinity="0"/>
+        </body></body></body></worldbody>
+        <keyframe><key qpos="0.53 -0.18 0.9763 0 0.2164 0"/></keyframe></mujoco>""",
+        [2.0, -3.0, 1.0, 4.0, 0.5],
+    ),
+    "welded_pair": (
+        """<mujoco><option timestep="0.005"/><worldbody><geom type="plane" size="5 5 .1"/>
+        <body name="a" pos="0 0 .5"><freejoint/><geom type="box" size=".1 .05 .05"/></body>
+        <body name="b" pos=".25 0 .5" quat=".9 .1 .2 .3"><freejoint/><geom type="box" size=".1 .05 .05"/></body>
+        <body name="c" pos="0 .3 .6"><joint type="hinge" axis="1 0 0"/>
+          <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" contype="0" conaffinity="0"/>
+          <body name="d" pos="0 .2 0"><joint name="j2" type="hinge" axis="0 1 0"/>
+            <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" contype="0" conaffinity="0"/></body></body>
+        </worldbody><equality><weld body1="a" body2="b" torquescale="2"/><connect body1="c" body2="a" anchor="0 .1 0"/>
+        <joint joint1="j2" polycoef=".1 .5 .2 0 0"/></equality></mujoco>""",
+        "random",
+    ),
+}
+
+
+def _mj_model(xml, cone):
+    m = mujoco.MjModel.from_xml_path(str(HUMANOID)) if xml == "humanoid" else mujoco.MjModel.from_xml_string(xml)
+    m.opt.cone = {"pyramidal": mujoco.mjtCone.mjCONE_PYRAMIDAL, "elliptic": mujoco.mjtCone.mjCONE_ELLIPTIC}[cone]
+    m.opt.iterations, m.opt.ls_iterations, m.opt.tolerance = 100, 50, 1e-13
+    return m
+
+
+def _initial_state(m, qvel, humanoid=False):
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(0)
+    if isinstance(qvel, str):
+        d.qvel[:] = rng.normal(0, 1, m.nv)
+    elif qvel is not None:
+        d.qvel[:] = qvel
+    if m.nkey:
+        d.qpos[:] = m.key_qpos[0]
+    if humanoid:  # perturbed first keyframe, feet near the floor
+        d.qpos[7:] += rng.normal(0, 0.3, m.nq - 7)
+        d.qvel[:] = rng.normal(0, 0.5, m.nv)
+    return d
+
+
+def _contact_rows(model, mj_data, ours):
+    """Pairs (our rows, MuJoCo rows) for every MuJoCo contact, matched by geoms and position."""
+    layout = model.constraints
+    geoms = layout.contact_geom
+    mask = np.asarray(ours.contact.mask)
+    pos = np.asarray(ours.contact.pos)
+    pairs = []
+    for con in mj_data.contact[: mj_data.ncon]:
+        cand = np.nonzero(mask & (geoms[:, 0] == con.geom[0]) & (geoms[:, 1] == con.geom[1]))[0]
+        assert len(cand), f"MuJoCo contact between geoms {con.geom} missing"
+        slot = cand[np.argmin(np.linalg.norm(pos[cand] - con.pos, axis=1))]
+        n = int(layout.contact_rows[slot])
+        start = int(layout.contact_row_start[slot])
+        pairs.append((np.arange(start, start + n), np.arange(con.efc_address, con.efc_address + n)))
+    return pairs
+
+
+def _check_forward(m, d):
+    mujoco.mj_forward(m, d)
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
+    out = jax.jit(jsn.forward)(model, data)
+    scale = max(1.0, np.max(np.abs(d.qacc)))
+    np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, atol=1e-6 * scale, rtol=0)
+    assert int(np.sum(np.asarray(out.contact.mask))) == d.ncon
+    assert int(np.sum(np.asarray(out.efc_mask))) == d.nefc
+    force = np.asarray(out.efc_force)
+    fscale = max(1.0, np.max(np.abs(d.efc_force), initial=0))
+    # equality, friction-loss and limit rows come first, in the same order
+    layout = model.constraints
+    n_other = layout.ne + layout.nf + layout.nl
+    other = np.nonzero(np.asarray(out.efc_mask)[:n_other])[0]
+    np.testing.assert_allclose(force[other], d.efc_force[: len(other)], atol=1e-6 * fscale, rtol=0)
+    for ours, theirs in _contact_rows(model, d, out):
+        np.testing.assert_allclose(force[ours], d.efc_force[theirs], atol=1e-6 * fscale, rtol=0)
+    return model
+
+
+CASES = [(name, cone) for name in [*SCENES, "humanoid"] for cone in ("pyramidal", "elliptic")]
+
+
+@pytest.mark.parametrize("name,cone", CASES)
+def test_forward_matches_mujoco(name, cone):
+    xml, qvel = SCENES.get(name, ("humanoid", None))
+    m = _mj_model(xml, cone)
+    d = _initial_state(m, qvel, humanoid=name == "humanoid")
+    _check_forward(m, d)
+    if name != "welded_pair":
+        assert d.ncon + d.nl > 0, "scene should start in contact or at a limit"
+    for _ in range(3):  # also a state MuJoCo itself produced
+        mujoco.mj_step(m, d)
+    _check_forward(m, d)
+
+
+TRAJECTORIES = [(name, "elliptic" if i % 2 else "pyramidal") for i, name in enumerate([*SCENES, "humanoid"])]
+
+
+@pytest.mark.parametrize("name,cone", TRAJECTORIES)
+def test_trajectory_matches_mujoco(name, cone):
+    xml, qvel = SCENES.get(name, ("humanoid", None))
+    m = _mj_model(xml, cone)
+    d = _initial_state(m, qvel, humanoid=name == "humanoid")
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
+    steps = 100
+    ctrl = jnp.zeros((steps, model.nu))
+    final, traj = jax.jit(lambda dd: jsn.rollout(model, dd, ctrl))(data)
+    qpos = []
+    for _ in range(steps):
+        mujoco.mj_step(m, d)
+        qpos.append(d.qpos.copy())
+    np.testing.assert_allclose(np.asarray(traj.qpos), np.stack(qpos), atol=1e-4, rtol=0)
+    np.testing.assert_allclose(np.asarray(final.qvel), d.qvel, atol=1e-4 * max(1, np.max(np.abs(d.qvel))), rtol=0)
+    assert not bool(final.diverged)
