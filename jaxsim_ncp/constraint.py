@@ -312,7 +312,7 @@ def _contact_rows(model: Model, data: Data) -> Rows:
     return Rows(
         J=J, pos=jnp.where(normal, dist, 0.0), margin=jnp.where(normal, margin, 0.0), diag_approx=diag,
         solref=solref, solimp=con.solimp[c], imp_r=dist - margin,  # every row of a contact: the normal's r
-        stiff=normal, mask=con.mask[c],
+        stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]),
         frictionloss=jnp.zeros_like(dist), jdot_v=jnp.zeros_like(dist),
     )  # fmt: skip
 

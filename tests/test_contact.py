@@ -166,3 +166,23 @@ def test_trajectory_matches_mujoco(name, cone):
     np.testing.assert_allclose(np.asarray(traj.qpos), np.stack(qpos), atol=1e-4, rtol=0)
     np.testing.assert_allclose(np.asarray(final.qvel), d.qvel, atol=1e-4 * max(1, np.max(np.abs(d.qvel))), rtol=0)
     assert not bool(final.diverged)
+
+
+def test_margin_and_gap_follow_mujoco():
+    """Pair margins/gaps add up; contacts within margin + gap are reported, only those within margin get rows."""
+    for sep in (0.035, 0.041, 0.045, 0.05):
+        xml = f"""<mujoco><worldbody><body><freejoint/><geom type="sphere" size=".1" margin=".01" gap=".002"/></body>
+          <body pos="0 0 {0.2 + sep}"><freejoint/><geom type="sphere" size=".1" margin=".03" gap=".005"/></body>
+          </worldbody><option><flag gravity="disable"/></option></mujoco>"""
+        m = mujoco.MjModel.from_xml_string(xml)
+        d = mujoco.MjData(m)
+        d.qvel[2] = 0.3
+        mujoco.mj_forward(m, d)
+        model = jsn.from_mujoco(m)
+        data = jsn.make_data(model).replace(qvel=jnp.asarray(d.qvel))
+        out = jsn.forward(model, data)
+        assert int(np.sum(out.contact.mask)) == d.ncon
+        assert int(np.sum(out.efc_mask)) == d.nefc
+        np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, atol=1e-9)
+        if d.ncon:
+            np.testing.assert_allclose(float(out.contact.includemargin[0]), d.contact[0].includemargin)

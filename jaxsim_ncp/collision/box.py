@@ -22,15 +22,24 @@ MuJoCo 4.0 computes a box-box manifold in two stages:
    along the axis, normal the axis oriented box1 -> box2.
 
 All branches are evaluated and selected with ``jnp.where``; the clipper works on a fixed
-buffer of 8 vertices. Gradients are finite everywhere (guarded divisions and norms).
+buffer of 8 vertices. Gradients are finite everywhere (guarded divisions and norms); they
+are exact derivatives of the active branch, so they jump where the case switches (ties
+between reference faces, vertices crossing a clip plane, face/edge changes).
 
-With ``smooth=True`` the backward pass is unchanged in structure but the forward output
-is identical (the discrete case selection is not softened): see ``box_box``.
+Known deviations from MuJoCo (float64, verified against mujoco 4.0 on ~30k poses):
+- decisions on quantities that are zero up to rounding (e.g. the incident box centre
+  exactly on the reference face's mid-plane, which fixes the normal's sign) follow our
+  rounding, not MuJoCo's, so such exactly symmetric poses may get the flipped normal;
+- near-duplicate clip vertices are tested against earlier candidates rather than earlier
+  accepted ones (differs only for chains of vertices each within 1e-7 of the next);
+- the clip buffer holds 8 vertices (MuJoCo's holds 12, only reachable through rounding).
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from jaxsim_ncp import math
@@ -45,11 +54,13 @@ _MINVAL = 1e-15  # mjMINVAL
 _NMAX = 8  # clip buffer size and contact slots
 
 # edge pairs (i, j): axis i of box1 crossed with axis j of box2, in MuJoCo's loop order
-_EI = jnp.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
-_EJ = jnp.array([0, 1, 2, 0, 1, 2, 0, 1, 2])
+_EI = np.repeat(np.arange(3), 3)
+_EJ = np.tile(np.arange(3), 3)
+# cyclic permutations (k, k+1, k+2) as row-selection matrices: _PERM[k] @ v = v[[k, k+1, k+2]]
+_PERM = np.stack([np.eye(3)[[k, (k + 1) % 3, (k + 2) % 3]] for k in range(3)])
 
 # incident-face corner signs (su, sv), cyclic winding
-_CORNERS = jnp.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
+_CORNERS = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
 
 
 def _safe_div(num, den, ok):
@@ -63,21 +74,21 @@ def _clip(poly: Float[Array, "8 3"], n, coord: int, sign: float, limit) -> tuple
     Vertex k emits itself if inside, then the crossing point of edge (k, k+1) if that edge
     strictly crosses the plane; emitted vertices are compacted in order into the buffer.
     """
-    k = jnp.arange(_NMAX)
+    k = np.arange(_NMAX)
     live = k < n
     d = sign * poly[:, coord] - limit
-    k1 = jnp.where(k + 1 >= n, 0, k + 1)
-    dq = d[k1]
+    nxt = jnp.where(k + 1 >= n, 0, k + 1)[:, None] == k[None, :]  # (8, 8) one-hot of k+1 mod n
+    nxt = nxt.astype(poly.dtype)
+    dq = nxt @ d
     emit_p = live & (d <= 0)
     cross = live & (((d < 0) & (dq > 0)) | ((d > 0) & (dq < 0)))
     t = _safe_div(d, d - dq, cross)
-    x = poly + t[:, None] * (poly[k1] - poly)
+    x = poly + t[:, None] * (nxt @ poly - poly)
     cand = jnp.stack([poly, x], axis=1).reshape(2 * _NMAX, 3)  # p0, x0, p1, x1, ...
     emit = jnp.stack([emit_p, cross], axis=1).reshape(2 * _NMAX)
     slot = jnp.cumsum(emit) - 1
-    onehot = emit[:, None] & (slot[:, None] == k[None, :])
-    out = jnp.einsum("cs,cd->sd", onehot.astype(poly.dtype), cand)
-    return out, jnp.minimum(jnp.sum(emit), _NMAX)
+    onehot = (emit[:, None] & (slot[:, None] == k[None, :])).astype(poly.dtype)
+    return onehot.T @ cand, jnp.minimum(jnp.sum(emit), _NMAX)
 
 
 def _face_axes(g1: GeomFrame, g2: GeomFrame, rot, pos21, pos12):
@@ -109,110 +120,113 @@ def _edge_axes(g1: GeomFrame, g2: GeomFrame, rot, pos21):
 
 
 def _edge_contact(g1: GeomFrame, g2: GeomFrame, rot, pos21, k, septol):
-    """Single contact of edge pair k: midpoint of the closest points of the supporting edges."""
-    eye = jnp.eye(3, dtype=rot.dtype)
-    i, j = _EI[k], _EJ[k]
-    i1, i2 = (i + 1) % 3, (i + 2) % 3
-    j1, j2 = (j + 1) % 3, (j + 2) % 3
-    e_i, e_j = eye[i], eye[j]
+    """Single contact of edge pair k: midpoint of the closest points of the supporting edges.
 
-    # unit axis, recomputed from rot with a guarded norm, oriented from box1 toward box2
-    axis = -rot[i2, j] * eye[i1] + rot[i1, j] * eye[i2]
-    axis = math.normalize(axis)
-    axis = jnp.where(jnp.dot(axis, pos21) < 0, -axis, axis)
-    a2 = rot.T @ axis  # axis in box2's frame
+    Works in cyclically permuted frames (i, i+1, i+2) of box1 and (j, j+1, j+2) of box2, so
+    the edges run along the first coordinate of each.
+    """
+    p1m = jnp.asarray(_PERM, rot.dtype)[k // 3]  # box1 coordinates -> (i, i1, i2)
+    p2m = jnp.asarray(_PERM, rot.dtype)[k % 3]  # box2 coordinates -> (j, j1, j2)
+    r = p1m @ rot @ p2m.T  # box2 edge axes in the permuted box1 frame
+    c = p1m @ pos21
+    s1, s2 = p1m @ g1.size, p2m @ g2.size
 
-    amb1 = jnp.where(jnp.abs(axis[i1]) < _SGNEPS, i1, jnp.where(jnp.abs(axis[i2]) < _SGNEPS, i2, -1))
-    amb2 = jnp.where(jnp.abs(a2[j1]) < _SGNEPS, j1, jnp.where(jnp.abs(a2[j2]) < _SGNEPS, j2, -1))
+    # unit axis e_i x d2 (component 0 exactly zero), oriented from box1 toward box2
+    axis = math.normalize(jnp.stack([jnp.zeros_like(r[0, 0]), -r[2, 0], r[1, 0]]))
+    axis = jnp.where(jnp.dot(axis, c) < 0, -axis, axis)
+    a2 = r.T @ axis  # in the permuted box2 frame, component 0 ~ 0
 
-    d2 = rot[:, j]
-    b = d2[i]
+    # supporting corners; an ambiguous sign (|component| < 1e-9, at most one per box) is tried both ways
+    amb1 = jnp.where(jnp.abs(axis[1]) < _SGNEPS, 1, jnp.where(jnp.abs(axis[2]) < _SGNEPS, 2, -1))
+    amb2 = jnp.where(jnp.abs(a2[1]) < _SGNEPS, 1, jnp.where(jnp.abs(a2[2]) < _SGNEPS, 2, -1))
+    v1, v2 = np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])  # MuJoCo's enumeration order
+    comp = np.arange(3)
+    flip1 = jnp.where((v1[:, None] == 1) & (comp[None, :] == amb1), -1.0, 1.0)
+    flip2 = jnp.where((v2[:, None] == 1) & (comp[None, :] == amb2), -1.0, 1.0)
+    mask0 = jnp.array([0.0, 1.0, 1.0], rot.dtype)
+    c1 = (jnp.where(axis >= 0, s1, -s1) * mask0)[None, :] * flip1  # (4, 3)
+    c2 = (jnp.where(a2 >= 0, -s2, s2) * mask0)[None, :] * flip2 @ r.T + c[None, :]
+
+    # closest points of the segments c1 + s e_0 and c2 + t d2, each clamp re-solving the other
+    d2 = r[:, 0]
+    b = d2[0]
     denom = 1.0 - b * b
-    c1_base = jnp.where(axis >= 0, g1.size, -g1.size) * (1.0 - e_i)
-    cc_base = jnp.where(a2 >= 0, -g2.size, g2.size) * (1.0 - e_j)
-
-    # the up-to-4 sign variants (v1, v2) in MuJoCo's enumeration order
-    v1 = jnp.array([0, 0, 1, 1])
-    v2 = jnp.array([0, 1, 0, 1])
-    flip1 = jnp.where((v1[:, None] == 1) & (jnp.arange(3)[None, :] == amb1), -1.0, 1.0)
-    flip2 = jnp.where((v2[:, None] == 1) & (jnp.arange(3)[None, :] == amb2), -1.0, 1.0)
-    c1 = c1_base[None, :] * flip1  # (4, 3)
-    cc = cc_base[None, :] * flip2
-    c2 = cc @ rot.T + pos21[None, :]
     e = c2 - c1
-    d1e = e[:, i]
-    d2e = e @ d2
+    d1e, d2e = e[:, 0], e @ d2
     s = _safe_div(d1e - b * d2e, denom, denom >= _MINVAL)
-    s = jnp.clip(s, -g1.size[i], g1.size[i])
-    t = jnp.clip(b * s - d2e, -g2.size[j], g2.size[j])
-    s = jnp.clip(d1e + b * t, -g1.size[i], g1.size[i])
-    p1 = c1 * (1.0 - e_i) + s[:, None] * e_i
-    p2 = c2 + t[:, None] * d2
-    gap2 = jnp.sum((p2 - p1) ** 2, axis=-1)
+    s = jnp.clip(s, -s1[0], s1[0])
+    t = jnp.clip(b * s - d2e, -s2[0], s2[0])
+    s = jnp.clip(d1e + b * t, -s1[0], s1[0])
+    w1 = c1 * mask0 + s[:, None] * (1.0 - mask0)
+    w2 = c2 + t[:, None] * d2
+    gap2 = jnp.sum((w2 - w1) ** 2, axis=-1)
     usable = ((v1 == 0) | (amb1 >= 0)) & ((v2 == 0) | (amb2 >= 0))
-    best = jnp.argmin(jnp.where(usable, gap2, jnp.inf))
-    w1, w2 = p1[best], p2[best]
+    pick = jax.nn.one_hot(jnp.argmin(jnp.where(usable, gap2, jnp.inf)), 4, dtype=r.dtype)
+    w1, w2 = pick @ w1, pick @ w2
 
     dist = jnp.dot(w2 - w1, axis)
-    pos = g1.mat @ (0.5 * (w1 + w2)) + g1.pos
-    normal = g1.mat @ axis
-    return dist, pos, normal, dist <= septol
+    to_box1 = g1.mat @ p1m.T
+    pos = to_box1 @ (0.5 * (w1 + w2)) + g1.pos
+    return dist, pos, to_box1 @ axis, dist <= septol
 
 
 def _face_contacts(g1: GeomFrame, g2: GeomFrame, rot, pos21, pos12, code, margin):
-    """Clipped incident face against the reference face `code` (0..2 box1, 3..5 box2)."""
-    eye = jnp.eye(3, dtype=rot.dtype)
+    """Clipped incident face against the reference face `code` (0..2 box1, 3..5 box2).
+
+    Works in the reference frame permuted to (a+1, a+2, a), a the face axis, and the incident
+    frame permuted to (b+1, b+2, b), b its face axis.
+    """
     ref1 = code < 3
-    a = jnp.where(ref1, code, code - 3)
-    sizeref = jnp.where(ref1, g1.size, g2.size)
-    sizeinc = jnp.where(ref1, g2.size, g1.size)
-    posref = jnp.where(ref1, g1.pos, g2.pos)
-    matref = jnp.where(ref1, g1.mat, g2.mat)
-    posoi = jnp.where(ref1, pos21, pos12)  # incident center in the reference frame
-    rinc = jnp.where(ref1, rot, rot.T)  # column c: incident axis c in the reference frame
+    perm = jnp.asarray(_PERM, rot.dtype)
+    pref = perm[(jnp.where(ref1, code, code - 3) + 1) % 3]  # reference coordinates -> (ax, ay, a)
+    sizeref = pref @ jnp.where(ref1, g1.size, g2.size)
+    posoi = pref @ jnp.where(ref1, pos21, pos12)  # incident center
+    rinc = pref @ jnp.where(ref1, rot, rot.T)  # column c: incident axis c
+    sgn = jnp.where(posoi[2] >= 0, 1.0, -1.0)
 
-    sgn = jnp.where(posoi[a] >= 0, 1.0, -1.0)
-    binc = jnp.argmax(jnp.abs(rinc[a]))  # incident face most (anti)parallel to the normal
-    tinc = jnp.where(sgn * rinc[a, binc] > 0, -1.0, 1.0)
+    binc = jnp.argmax(jnp.abs(rinc[2]))  # incident face most (anti)parallel to the normal
+    pinc = perm[(binc + 1) % 3]  # incident coordinates -> (bu, bv, binc)
+    sizeinc = pinc @ jnp.where(ref1, g2.size, g1.size)
+    rinc = rinc @ pinc.T
+    tinc = jnp.where(sgn * rinc[2, 2] > 0, -1.0, 1.0)
 
-    ax, ay = (a + 1) % 3, (a + 2) % 3
-    bu, bv = (binc + 1) % 3, (binc + 2) % 3
-    coords = jnp.stack([ax, ay, a])
-    zsign = jnp.array([1.0, 1.0, 0.0]) + jnp.array([0.0, 0.0, 1.0]) * sgn
-    cx = posoi[coords] + tinc * sizeinc[binc] * rinc[coords, binc]
-    cx = cx * zsign - jnp.array([0.0, 0.0, 1.0]) * sizeref[a]
-    du = sizeinc[bu] * rinc[coords, bu] * zsign
-    dv = sizeinc[bv] * rinc[coords, bv] * zsign
-    quad = cx + _CORNERS[:, :1] * du + _CORNERS[:, 1:] * dv  # (4, 3)
-    poly = jnp.zeros((_NMAX, 3), rot.dtype).at[:4].set(quad)
+    # incident face corners: (x, y) in the reference face plane, z signed height above it
+    zflip = jnp.stack([1.0, 1.0, sgn])
+    cx = (posoi + tinc * sizeinc[2] * rinc[:, 2]) * zflip - jnp.array([0.0, 0.0, 1.0], rot.dtype) * sizeref[2]
+    du = sizeinc[0] * rinc[:, 0] * zflip
+    dv = sizeinc[1] * rinc[:, 1] * zflip
+    corners = jnp.asarray(_CORNERS, rot.dtype)
+    quad = cx + corners[:, :1] * du + corners[:, 1:] * dv
+    poly = jnp.concatenate([quad, jnp.zeros((_NMAX - 4, 3), quad.dtype)])
 
     n = jnp.asarray(4)
-    poly, n = _clip(poly, n, 0, 1.0, sizeref[ax])
-    poly, n = _clip(poly, n, 0, -1.0, sizeref[ax])
-    poly, n = _clip(poly, n, 1, 1.0, sizeref[ay])
-    poly, n = _clip(poly, n, 1, -1.0, sizeref[ay])
+    poly, n = _clip(poly, n, 0, 1.0, sizeref[0])
+    poly, n = _clip(poly, n, 0, -1.0, sizeref[0])
+    poly, n = _clip(poly, n, 1, 1.0, sizeref[1])
+    poly, n = _clip(poly, n, 1, -1.0, sizeref[1])
 
-    # accept vertices within the margin band, dropping near-duplicates of earlier accepted ones
-    cand = (jnp.arange(_NMAX) < n) & (poly[:, 2] <= margin)
-    dupe2 = _DUPEPS * (sizeref[ax] ** 2 + sizeref[ay] ** 2)
+    # vertices within the margin band, minus near-duplicates of earlier ones (MuJoCo compares
+    # against earlier *accepted* vertices; the two differ only for chains of vertices each
+    # within 1e-7 of the face size of the next)
+    cand = (np.arange(_NMAX) < n) & (poly[:, 2] <= margin)
+    dupe2 = _DUPEPS * (sizeref[0] ** 2 + sizeref[1] ** 2)
     dxy = poly[:, None, :2] - poly[None, :, :2]
-    close = jnp.sum(dxy * dxy, axis=-1) < dupe2
-    accepted = jnp.zeros(_NMAX, bool)
-    for k in range(_NMAX):
-        dup = jnp.any(accepted & close[k])
-        accepted = accepted.at[k].set(cand[k] & ~dup)
+    close = (jnp.sum(dxy * dxy, axis=-1) < dupe2) & np.tri(_NMAX, k=-1, dtype=bool)
+    accepted = cand & ~jnp.any(close & cand[None, :], axis=1)
 
-    normal = jnp.where(ref1, sgn, -sgn) * matref[:, a]
-    posc = poly[:, :1] * eye[ax] + poly[:, 1:2] * eye[ay] + (sgn * (sizeref[a] + 0.5 * poly[:, 2]))[:, None] * eye[a]
-    pos = posc @ matref.T + posref
+    to_world = jnp.where(ref1, g1.mat, g2.mat) @ pref.T
+    normal = jnp.where(ref1, sgn, -sgn) * to_world[:, 2]
+    posc = jnp.concatenate([poly[:, :2], (sgn * (sizeref[2] + 0.5 * poly[:, 2]))[:, None]], axis=1)
+    pos = posc @ to_world.T + jnp.where(ref1, g1.pos, g2.pos)
     return poly[:, 2], pos, normal, accepted
 
 
 def box_box(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision:
     """Box-box contacts as MuJoCo's mjc_BoxBox: up to 8 (face clipping) or 1 (edge-edge).
 
-    Normals point from g1 to g2; every contact of a pair shares one normal, and frames are
-    completed with mju_makeFrame. Invalid slots hold finite values.
+    `margin` is the pair margin MuJoCo hands the collider (in MuJoCo 4.0 the *sum* of the
+    two geoms' margins). Normals point from g1 to g2; every contact of a pair shares one
+    normal, and frames are completed with mju_makeFrame. Invalid slots hold finite values.
     """
     rot = g1.mat.T @ g2.mat  # box2 axes (columns) in box1's frame
     pos21 = g1.mat.T @ (g2.pos - g1.pos)
@@ -235,7 +249,7 @@ def box_box(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision
 
     # an edge axis nearly parallel to the best face normal falls back to the face
     kedge = jnp.clip(code - 6, 0, 8)
-    face_normals = jnp.concatenate([jnp.eye(3, dtype=rot.dtype), rot.T])  # box1 frame
+    face_normals = jnp.concatenate([jnp.eye(3, dtype=rot.dtype), rot.T])  # in box1's frame
     edge_axis = math.normalize(axes[kedge])
     face_dot = jnp.abs(jnp.dot(edge_axis, face_normals[code_face]))
     to_face = (code >= 6) & (face_dot > 0.99) & (best < sep_face + 0.05 * jnp.abs(sep_face) + _MINVAL)

@@ -6,6 +6,11 @@ the contact array has a fixed size (`model.constraints.ncon`) and `mask` says wh
 slots hold a contact. Contact parameters follow MuJoCo's mixing rules (Modeling
 chapter, "Contact parameters"): explicit <pair> values, else the higher-priority
 geom's, else max friction and condim and solmix-weighted solref/solimp.
+
+Margins and gaps (MuJoCo 4 semantics, checked against mj_forward): a pair's margin
+and gap are the sums of its geoms' (or the <pair>'s own); the narrow phase reports
+contacts closer than margin + gap, and only those closer than margin
+(`includemargin`) become constraint rows, the others stay in the contact list.
 """
 
 from __future__ import annotations
@@ -44,8 +49,8 @@ def _geom_params(model: Model, g1: np.ndarray, g2: np.ndarray):
     solref = pick(r1, r2, jnp.where(standard, mix * r1 + (1 - mix) * r2, jnp.minimum(r1, r2)))
     i1, i2 = model.geom_solimp[g1], model.geom_solimp[g2]
     solimp = pick(i1, i2, mix * i1 + (1 - mix) * i2)
-    margin = jnp.maximum(model.geom_margin[g1], model.geom_margin[g2])
-    gap = jnp.maximum(model.geom_gap[g1], model.geom_gap[g2])
+    margin = model.geom_margin[g1] + model.geom_margin[g2]
+    gap = model.geom_gap[g1] + model.geom_gap[g2]
     return friction, solref, jnp.zeros_like(solref), solimp, margin, gap
 
 
@@ -80,7 +85,7 @@ def collide(model: Model, data: Data) -> Contact:
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
         friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
         frame = lambda g: GeomFrame(data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g])  # noqa: E731
-        col = jax.vmap(fn)(frame(g1), frame(g2), margin)
+        col = jax.vmap(fn)(frame(g1), frame(g2), margin + gap)
         rep = lambda a: jnp.repeat(a, n_slots, axis=0)  # noqa: E731
         mask = col.valid.reshape(-1)
         parts.append(
@@ -88,7 +93,7 @@ def collide(model: Model, data: Data) -> Contact:
                 dist=jnp.where(mask, col.dist.reshape(-1), 0.0),
                 pos=col.pos.reshape(-1, 3),
                 frame=col.frame.reshape(-1, 3, 3),
-                includemargin=rep(margin - gap),
+                includemargin=rep(margin),
                 friction=jnp.maximum(rep(friction), _MINMU),
                 solref=rep(solref),
                 solreffriction=rep(solreffriction),
