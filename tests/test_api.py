@@ -25,17 +25,21 @@ def test_malformed_xml_raises():
 @pytest.mark.parametrize(
     "xml,match",
     [
-        # two free spheres that can touch: collision comes with the contact issue
-        ("<mujoco><worldbody><body><freejoint/><geom name='a' size='.1'/></body>"
-         "<body pos='1 0 0'><freejoint/><geom name='b' size='.1'/></body></worldbody></mujoco>", "contact between geoms 'a' and 'b'"),
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j' range='-1 1' limited='true'/>"
-         "<geom size='.1'/></body></worldbody></mujoco>", "joint 'j'.*limited"),
+        # geom pairs without a narrow-phase function are refused at load time, naming both geoms
+        ("<mujoco><worldbody><body><freejoint/><geom name='a' type='ellipsoid' size='.1 .2 .1'/></body>"
+         "<body pos='1 0 0'><freejoint/><geom name='b' type='ellipsoid' size='.1 .1 .2'/></body></worldbody></mujoco>",
+         "ellipsoid and a ellipsoid.*'a' and 'b'"),
+        ("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody><geom name='floor' type='plane' size='1 1 1'/>"
+         "<body><freejoint/><geom name='tet' type='mesh' mesh='m'/></body></worldbody></mujoco>", "plane and a mesh.*'floor' and 'tet'"),
+        ("<mujoco><asset><hfield name='h' nrow='2' ncol='2' size='1 1 1 .1'/></asset><worldbody><geom name='ground' type='hfield' hfield='h'/>"
+         "<body><freejoint/><geom name='ball' size='.1'/></body></worldbody></mujoco>", "hfield and a sphere"),
+        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"
+         "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
+         "site semantics"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='b' mocap='true'><geom size='.1'/></body>"
          "</worldbody></mujoco>", "mocap"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j' frictionloss='1'/><geom size='.1'/></body></worldbody></mujoco>",
-         "frictionloss"),
         ("<mujoco><option density='1.2'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",
          "fluid"),
         ("<mujoco><option integrator='implicit'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",
@@ -49,9 +53,10 @@ def test_unsupported_features_raise(xml, match):
 
 def test_contact_free_when_disabled_or_filtered():
     # the contact flag off, or parent/child pairs (filtered by MuJoCo), load fine
-    jsn.load_mjcf("<mujoco><option><flag contact='disable'/></option><worldbody><body><freejoint/><geom size='.1'/></body>"
-                  "<body pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
-    jsn.load_mjcf("<mujoco><worldbody><body><joint/><geom size='.1'/><body><joint/><geom size='.1'/></body></body></worldbody></mujoco>")
+    off = jsn.load_mjcf("<mujoco><option><flag contact='disable'/></option><worldbody><body><freejoint/><geom size='.1'/></body>"
+                        "<body pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
+    chain = jsn.load_mjcf("<mujoco><worldbody><body><joint/><geom size='.1'/><body><joint/><geom size='.1'/></body></body></worldbody></mujoco>")
+    assert off.constraints.ncon == 0 and chain.constraints.ncon == 0
 
 
 def test_overrides_and_errors():
