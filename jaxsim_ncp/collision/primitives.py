@@ -22,6 +22,7 @@ from ..math import make_frame, safe_norm
 from .base import Collision, GeomFrame
 
 MINVAL = 1e-15  # mjMINVAL
+PARALLEL_SIN2 = 1e-8  # capsule axes with sin^2(angle) below this are parallel (MuJoCo 4)
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = range(7)
 
@@ -72,9 +73,9 @@ def _compact(values, valid: Bool[Array, " m"], n: int):
     values is a pytree of arrays with leading axis m; empty output slots hold zeros.
     """
     rank = jnp.cumsum(valid) - 1
-    select = (valid[None, :] & (rank[None, :] == jnp.arange(n)[:, None])).astype(jnp.result_type(float))
+    select = valid[None, :] & (rank[None, :] == jnp.arange(n)[:, None])  # (n, m) one-hot rows
     out = jax.tree.map(lambda v: jnp.tensordot(select.astype(v.dtype), v, axes=1), values)
-    return out, jnp.any(select > 0, axis=1)
+    return out, jnp.any(select, axis=1)
 
 
 def _sphere_sphere(p1, r1, z1, p2, r2, z2, margin):
@@ -264,7 +265,13 @@ def sphere_capsule(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
 
 
 def capsule_capsule(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
-    """mjc_CapsuleCapsule: nearest segment points; parallel axes give up to two contacts."""
+    """mjc_CapsuleCapsule: nearest segment points; (nearly) parallel axes give two contacts.
+
+    Axes count as parallel when sin^2 of their angle is below 1e-8 (MuJoCo 4). The two
+    contacts then sit at the ends of the segments' overlap along axis 1: at each end, either
+    an end of capsule 2 (projected onto segment 1) or an end of capsule 1 (projected onto
+    segment 2). Disjoint segments give the nearest end pair twice, as MuJoCo does.
+    """
     r1, r2 = g1.size[0], g2.size[0]
     z1, z2 = g1.mat[:, 2], g2.mat[:, 2]
     axis1 = z1 * g1.size[1]
@@ -276,7 +283,7 @@ def capsule_capsule(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     u = -jnp.dot(axis1, dif)
     v = jnp.dot(axis2, dif)
     det = ma * mc - mb * mb
-    general = jnp.abs(det) >= MINVAL
+    general = det >= PARALLEL_SIN2 * ma * mc
 
     def ss(x1, x2):
         return _sphere_sphere(g1.pos + axis1 * x1, r1, z1, g2.pos + axis2 * x2, r2, z2, margin)
@@ -285,24 +292,25 @@ def capsule_capsule(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     x1, x2, _, _ = _clip_segments(ma, mb, mc, u, v, general, det)
     gen = ss(x1, x2)
 
-    # parallel axes: ends of capsule 1 against capsule 2, then ends of 2 against 1;
-    # MuJoCo stops after two contacts
+    # parallel: capsule 2's ends projected on axis 1 (parameters t), sorted
+    t_plus, t_minus = (u - mb) / ma, (u + mb) / ma
+    plus_first = t_plus < t_minus
+    t_lo = jnp.where(plus_first, t_plus, t_minus)
+    t_hi = jnp.where(plus_first, t_minus, t_plus)
+    end_lo = jnp.where(plus_first, 1.0, -1.0)
     one = jnp.ones_like(ma)
-    cands = [
-        ss(one, jnp.clip((v - mb) / mc, -1, 1)),
-        ss(-one, jnp.clip((v + mb) / mc, -1, 1)),
-        ss(jnp.clip((u - mb) / ma, -1, 1), one),
-        ss(jnp.clip((u + mb) / ma, -1, 1), -one),
-    ]
-    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *cands)
-    (pd, pp, pn), pv = _compact(stacked[:3], stacked[3], 2)
-    pn = jnp.where(pv[:, None], pn, jnp.array([1.0, 0.0, 0.0], pn.dtype))  # finite empty slots
+    lo = ss(
+        jnp.where(t_lo > -1, jnp.clip(t_lo, -1, 1), -one),
+        jnp.where(t_lo > -1, end_lo, jnp.clip((v + mb) / mc, -1, 1)),
+    )
+    hi = ss(
+        jnp.where(t_hi < 1, jnp.clip(t_hi, -1, 1), one),
+        jnp.where(t_hi < 1, -end_lo, jnp.clip((v - mb) / mc, -1, 1)),
+    )
 
-    dist = jnp.where(general, jnp.stack([gen[0], gen[0]]), pd)
-    pos = jnp.where(general, jnp.stack([gen[1], gen[1]]), pp)
-    normal = jnp.where(general, jnp.stack([gen[2], gen[2]]), pn)
-    valid = jnp.where(general, jnp.stack([gen[3], False]), pv)
-    return _collision(list(dist), list(pos), list(normal), list(valid))
+    first = [jnp.where(general, a, b) for a, b in zip(gen, lo)]
+    second = list(hi[:3]) + [~general & hi[3]]
+    return _collision(*[[a, b] for a, b in zip(first, second)])
 
 
 def sphere_cylinder(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
@@ -352,6 +360,31 @@ def sphere_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     return _collision([dist], [pos], [normal], [valid])
 
 
+# box edges in MuJoCo's order: axis j, then corner index i with bit j clear
+_EDGES = tuple((j, i) for j in range(3) for i in range(8) if not i & (1 << j))
+
+
+def _capsule_box_edges(pos, halfaxis, hl, size):
+    """Capsule segment against the 12 box edges (box frame): squared distance, det ok, x1, x2, clamp code."""
+    dtype = size.dtype
+    j = jnp.array([e[0] for e in _EDGES])
+    onehot = jax.nn.one_hot(j, 3, dtype=dtype)
+    signs = jnp.array([[1.0 if e[1] & (1 << k) else -1.0 for k in range(3)] for e in _EDGES], dtype)
+    mid = signs * size * (1 - onehot)  # edge midpoints
+    dif = mid - pos
+    sj = size[j]
+    ma = sj * sj
+    mb = -sj * halfaxis[j]
+    mc = hl * hl
+    u = -sj * jnp.sum(dif * onehot, axis=1)
+    v = dif @ halfaxis
+    det = ma * mc - mb * mb
+    ok = jnp.abs(det) >= MINVAL
+    x1, x2, s1, s2 = _clip_segments(ma, mb, mc, u, v, ok, det)
+    d2 = jnp.sum((dif - halfaxis * x2[:, None] + onehot * (sj * x1)[:, None]) ** 2, axis=1)
+    return d2, ok, x1, x2, s1 * 3 + s2
+
+
 def capsule_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     """mjc_CapsuleBox: sphere-box at the segment point nearest the box, plus a second point.
 
@@ -374,50 +407,36 @@ def capsule_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
         ok = nonzero[k]
         return jnp.where(ok, num / jnp.where(ok, abs_half[k], 1.0), jnp.inf)
 
-    best = margin + 2 * (radius + hl + jnp.sum(size))
-    bestpos = jnp.zeros((), dtype)  # segment parameter of the nearest point, in [-1, 1]
-    boxpos = jnp.zeros((), dtype)  # edge parameter of the nearest point
-    cltype = jnp.array(-4)
-    clface = jnp.array(-1)
-    clcorner = jnp.array(0)
-    cledge = jnp.array(0)
+    # nearest point: capsule ends against the faces (an end clamped along at most one axis),
+    # then the segment against the 12 edges; sequential "first strict minimum" as in C (edges
+    # must improve by mjMINVAL). Only the winner's index goes through the chain.
+    ends = pos + halfaxis * jnp.array([[-1.0], [1.0]], dtype)
+    over = (ends < -size) | (ends > size)
+    face_d2 = jnp.sum((jnp.clip(ends, -size, size) - ends) ** 2, axis=1)
+    face_ok = jnp.sum(over, axis=1) <= 1
+    face_axis = jnp.max(jnp.where(over, jnp.arange(3), -1), axis=1)
+    edge_d2, edge_ok, edge_x1, edge_x2, edge_code = _capsule_box_edges(pos, halfaxis, hl, size)
 
-    # capsule ends against the faces (only if an end is clamped along at most one axis)
-    for i in (-1, 1):
-        end = pos + halfaxis * i
-        over = (end < -size) | (end > size)
-        d2 = jnp.sum((jnp.clip(end, -size, size) - end) ** 2)
-        update = (jnp.sum(over) <= 1) & (d2 < best)
-        best = jnp.where(update, d2, best)
-        bestpos = jnp.where(update, float(i), bestpos)
-        cltype = jnp.where(update, -2 + i, cltype)
-        clface = jnp.where(update, jnp.max(jnp.where(over, jnp.arange(3), -1)), clface)
+    cand_d2 = jax.lax.stop_gradient(jnp.concatenate([face_d2, edge_d2]))
+    cand_ok = jnp.concatenate([face_ok, edge_ok])
+    best = jax.lax.stop_gradient(margin + 2 * (radius + hl + jnp.sum(size)))
+    win = jnp.array(-1)
+    for k in range(14):
+        update = cand_ok[k] & (cand_d2[k] < best - (MINVAL if k >= 2 else 0.0))
+        best = jnp.where(update, cand_d2[k], best)
+        win = jnp.where(update, k, win)
+    found = win >= 0
+    win = jnp.maximum(win, 0)
 
-    # capsule segment against the 12 edges
-    for j in range(3):
-        for i in range(8):
-            if i & (1 << j):
-                continue
-            mid = jnp.array([(1.0 if i & 1 else -1.0), (1.0 if i & 2 else -1.0), (1.0 if i & 4 else -1.0)], dtype)
-            mid = (mid * size).at[j].set(0.0)
-            dif = mid - pos
-            ma = size[j] * size[j]
-            mb = -size[j] * halfaxis[j]
-            mc = hl * hl
-            u = -size[j] * dif[j]
-            v = jnp.dot(halfaxis, dif)
-            det = ma * mc - mb * mb
-            ok = jnp.abs(det) >= MINVAL
-            x1, x2, s1, s2 = _clip_segments(ma, mb, mc, u, v, ok, det)
-            d2 = jnp.sum((dif - halfaxis * x2 + jax.nn.one_hot(j, 3, dtype=dtype) * (size[j] * x1)) ** 2)
-            update = ok & (d2 < best - MINVAL)
-            code = s1 * 3 + s2
-            best = jnp.where(update, d2, best)
-            bestpos = jnp.where(update, x2, bestpos)
-            boxpos = jnp.where(update, x1, boxpos)
-            clcorner = jnp.where(update, i + (1 << j) * (code // 6), clcorner)
-            cledge = jnp.where(update, j, cledge)
-            cltype = jnp.where(update, code, cltype)
+    edge_j = jnp.array([e[0] for e in _EDGES])
+    edge_i = jnp.array([e[1] for e in _EDGES])
+    zeros2 = jnp.zeros(2, int)
+    bestpos = jnp.concatenate([jnp.array([-1.0, 1.0], dtype), edge_x2])[win]  # segment parameter
+    boxpos = jnp.concatenate([jnp.zeros(2, dtype), edge_x1])[win]  # edge parameter
+    cltype = jnp.concatenate([jnp.array([-3, -1]), edge_code])[win]
+    clface = jnp.concatenate([face_axis, -jnp.ones(12, int)])[win]
+    clcorner = jnp.concatenate([zeros2, edge_i + (1 << edge_j) * (edge_code // 6)])[win]
+    cledge = jnp.concatenate([zeros2, edge_j])[win]
 
     # --- second point: nearest point at a box corner
     ca = axisdir ^ clcorner
@@ -466,14 +485,12 @@ def capsule_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     edge = (cltype >= 0) & (cltype // 3 == 1)
     secondpos = jnp.where(corner, second_a, jnp.where(edge, second_b, second_c))
     has_second = jnp.where(corner, has_a, jnp.where(edge, has_b, has_c))
-    found = cltype != -4
 
-    def sphere_at(t):
-        return _sphere_box(mat @ (pos + halfaxis * t) + g2.pos, radius, g2, margin)
-
-    d1, p1, n1, v1 = sphere_at(bestpos)
-    d2, p2, n2, v2 = sphere_at(jnp.where(has_second, secondpos, 0.0) + bestpos)
-    return _collision([d1, d2], [p1, p2], [n1, n2], [found & v1, found & has_second & v2])
+    t = jnp.stack([bestpos, jnp.where(has_second, secondpos, 0.0) + bestpos])
+    centers = (pos + halfaxis * t[:, None]) @ mat.T + g2.pos
+    dist, cpos, normal, valid = jax.vmap(_sphere_box, (0, None, None, None))(centers, radius, g2, margin)
+    valid = valid & found & jnp.stack([True, has_second])
+    return _collision(list(dist), list(cpos), list(normal), list(valid))
 
 
 FUNCTIONS: dict[tuple[int, int], tuple[Callable, int]] = {

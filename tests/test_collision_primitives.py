@@ -1,0 +1,272 @@
+"""Primitive narrow phase against MuJoCo's d.contact, and finite-difference gradient checks.
+
+For every pair in `primitives.FUNCTIONS`: a two-geom model, random poses (most of them in
+contact, some separated, a few exactly degenerate), the whole batch through one jit+vmap,
+contacts matched as sets by position. Gradients: one value_and_grad per pair, vmapped over
+the configurations and their central-difference perturbations (float64).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+from jaxsim_ncp.collision import primitives
+from jaxsim_ncp.collision.base import GeomFrame
+
+PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = 0, 2, 3, 4, 5, 6
+NAMES = {PLANE: "plane", SPHERE: "sphere", CAPSULE: "capsule", ELLIPSOID: "ellipsoid", CYLINDER: "cylinder", BOX: "box"}
+SIZES = {
+    PLANE: (0.0, 0.0, 1.0),
+    SPHERE: (0.2, 0.0, 0.0),
+    CAPSULE: (0.12, 0.3, 0.0),
+    ELLIPSOID: (0.3, 0.2, 0.12),
+    CYLINDER: (0.2, 0.25, 0.0),
+    BOX: (0.3, 0.2, 0.1),
+}
+SIZES2 = {SPHERE: (0.15, 0, 0), CAPSULE: (0.1, 0.2, 0.0)}  # second geom of a same-type pair
+MARGIN = 0.04
+TOL = 1e-10
+IDQ = np.array([1.0, 0.0, 0.0, 0.0])
+PAIRS = sorted(primitives.FUNCTIONS)
+
+
+def rbound(t, s):
+    return {SPHERE: s[0], CAPSULE: s[0] + s[1], ELLIPSOID: max(s), CYLINDER: np.hypot(s[0], s[1]), BOX: np.linalg.norm(s)}[t]
+
+
+def unit(v):
+    v = np.asarray(v, float)
+    return v / np.linalg.norm(v)
+
+
+def quat_z_to(v):
+    q = np.zeros(4)
+    mujoco.mju_quatZ2Vec(q, unit(v))
+    return q
+
+
+def quat_axis_angle(axis, angle):
+    return np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * unit(axis)])
+
+
+def sizes(pair):
+    t1, t2 = pair
+    return SIZES[t1], (SIZES2[t2] if t1 == t2 else SIZES[t2])
+
+
+def xml(pair, margin):
+    (t1, t2), (s1, s2) = pair, sizes(pair)
+    # margin on g2 only: MuJoCo 4 adds the two geoms' margins
+    geom = lambda t, s, mg: f'<geom type="{NAMES[t]}" size="{" ".join(map(str, s))}" margin="{mg}"/>'  # noqa: E731
+    first = f'<body mocap="true">{geom(t1, s1, 0)}</body>' if t1 == PLANE else f"<body><freejoint/>{geom(t1, s1, 0)}</body>"
+    return f"""<mujoco><option gravity="0 0 0"/><worldbody>{first}
+      <body><freejoint/>{geom(t2, s2, margin)}</body></worldbody></mujoco>"""
+
+
+def random_quat(rng):
+    return unit(rng.normal(size=4))
+
+
+def poses(pair, rng, n=20):
+    """(pos1, quat1, pos2, quat2) list: random ones (mostly in contact), then exact degenerate ones."""
+    (t1, t2), (s1, s2) = pair, sizes(pair)
+    out = []
+    for _ in range(n):
+        q2 = random_quat(rng)
+        if t1 == PLANE:
+            normal = unit([0, 0, 1] + 0.4 * rng.normal(size=3))
+            p1 = 0.3 * rng.normal(size=3)
+            h = rbound(t2, s2) * rng.uniform(-0.5, 1.15)
+            p2 = p1 + normal * h + 0.5 * rng.normal(size=3) * (1 - np.abs(normal))
+            out.append((p1, quat_z_to(normal), p2, q2))
+        else:
+            p1 = 0.3 * rng.normal(size=3)
+            d = unit(rng.normal(size=3)) * (rbound(t1, s1) + rbound(t2, s2)) * rng.uniform(0.15, 1.1)
+            out.append((p1, random_quat(rng), p1 + d, q2))
+    return out + degenerate_poses(pair)
+
+
+def degenerate_poses(pair):
+    """Exactly degenerate configurations MuJoCo users hit (identity orientations, shared centres)."""
+    (t1, t2), (s1, s2) = pair, sizes(pair)
+    z = np.zeros(3)
+    up = lambda h: np.array([0.1, -0.2, h])  # noqa: E731
+    lying = quat_axis_angle([1, 0, 0], np.pi / 2)
+    if t1 == PLANE:
+        if t2 == CAPSULE:  # upright (tangent hint parallel to the normal), lying flat
+            return [(z, IDQ, up(s2[0] + s2[1] - 0.01), IDQ), (z, IDQ, up(s2[0] - 0.02), lying)]
+        if t2 == CYLINDER:  # disk parallel to the plane
+            return [(z, IDQ, up(s2[1] - 0.01), IDQ), (z, IDQ, up(s2[1] + MARGIN / 2), IDQ)]
+        if t2 in (BOX, ELLIPSOID):  # face / axes parallel to the plane
+            return [(z, IDQ, up(s2[2] - 0.01), IDQ)]
+        return [(z, IDQ, up(s2[0] - 0.01), IDQ)]
+    if pair == (SPHERE, SPHERE):  # coincident centres
+        return [(up(0), IDQ, up(0), IDQ), (up(0), IDQ, up(0), quat_axis_angle([1, 1, 0], 0.3))]
+    if pair == (SPHERE, CAPSULE):  # sphere centre on the capsule axis
+        return [(up(0.05), IDQ, up(0), lying), (up(0), IDQ, up(0), IDQ)]
+    if pair == (CAPSULE, CAPSULE):  # parallel (offset, overlapping), crossing at a common point
+        q = quat_axis_angle([1, 2, 3], 0.7)
+        return [(up(0), q, up(0.15), q), (up(0), IDQ, up(0) + [0.2, 0, 0.3], IDQ), (up(0), IDQ, up(0), lying)]
+    if pair == (SPHERE, CYLINDER):  # centre on the axis: inside, above the cap, at the centre
+        return [(up(0.1), IDQ, up(0), IDQ), (up(0.3), IDQ, up(0), IDQ), (up(0), IDQ, up(0), IDQ)]
+    if pair == (SPHERE, BOX):  # centre inside the box, at the box centre
+        return [(up(0.05), IDQ, up(0), IDQ), (up(0), IDQ, up(0), IDQ)]
+    if pair == (CAPSULE, BOX):  # vertical capsule beside a side face, standing on the top face
+        return [(up(0) + [0.38, 0.05, 0.1], IDQ, up(0), IDQ), (up(0) + [0.1, 0.05, 0.5], IDQ, up(0), IDQ)]
+    return []
+
+
+@functools.cache
+def mujoco_batch(pair):
+    """Poses run through MuJoCo, with and without margin: geom frames, sizes, margins, contacts."""
+    rng = np.random.default_rng(sum(pair) * 7 + pair[0])
+    frames, margins, contacts = [], [], []
+    for margin in (0.0, MARGIN):
+        m = mujoco.MjModel.from_xml_string(xml(pair, margin))
+        d = mujoco.MjData(m)
+        for p1, q1, p2, q2 in poses(pair, rng):
+            if pair[0] == PLANE:  # the plane sits on a mocap body
+                d.mocap_pos[0], d.mocap_quat[0] = p1, q1
+                d.qpos[:] = np.concatenate([p2, q2])
+            else:
+                d.qpos[:] = np.concatenate([p1, q1, p2, q2])
+            mujoco.mj_forward(m, d)
+            con = d.contact[: d.ncon]
+            assert np.all(con.geom == [0, 1]), con.geom
+            frames.append((d.geom_xpos.copy(), d.geom_xmat.reshape(-1, 3, 3).copy()))
+            margins.append(margin)
+            contacts.append((con.dist.copy(), con.pos.copy(), con.frame.reshape(-1, 3, 3).copy()))
+    xpos = np.stack([f[0] for f in frames])
+    xmat = np.stack([f[1] for f in frames])
+    size = np.broadcast_to(m.geom_size, xpos.shape)
+    g1 = GeomFrame(xpos[:, 0], xmat[:, 0], size[:, 0])
+    g2 = GeomFrame(xpos[:, 1], xmat[:, 1], size[:, 1])
+    return jax.tree.map(jnp.asarray, (g1, g2)), jnp.asarray(margins), contacts
+
+
+BATCH = 512  # every evaluation is padded to this batch: one compilation per pair
+
+
+@functools.cache
+def value_and_grad(pair):
+    """jit(vmap(value_and_grad)) of sum(w dist + v.pos + u:frame) over valid slots, collision as aux."""
+    fn = primitives.FUNCTIONS[pair][0]
+
+    def loss(g1, g2, margin, w):
+        col = fn(g1, g2, margin)
+        terms = w[0] * col.dist + jnp.sum(w[1] * col.pos, -1) + jnp.sum(w[2] * col.frame, (-1, -2))
+        return jnp.sum(jnp.where(col.valid, terms, 0.0)), col
+
+    return jax.jit(jax.vmap(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)))
+
+
+def evaluate(pair, g1, g2, margin):
+    """((loss, Collision), (grad g1, grad g2)) for a batch of geom pairs, as numpy arrays."""
+    n = len(margin)
+    assert n <= BATCH
+    pad = lambda a: jnp.concatenate([a, jnp.broadcast_to(a[:1], (BATCH - n, *a.shape[1:]))])  # noqa: E731
+    rng = np.random.default_rng(1)
+    slots = primitives.FUNCTIONS[pair][1]
+    w = (rng.normal(size=slots), rng.normal(size=(slots, 3)), rng.normal(size=(slots, 3, 3)))
+    w = jax.tree.map(lambda a: jnp.broadcast_to(jnp.asarray(a), (BATCH, *a.shape)), w)
+    out = value_and_grad(pair)(*jax.tree.map(pad, (g1, g2, jnp.asarray(margin))), w)
+    return jax.tree.map(lambda a: np.asarray(a)[:n], out)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{NAMES[p[0]]}-{NAMES[p[1]]}")
+def test_matches_mujoco(pair):
+    (g1, g2), margin, contacts = mujoco_batch(pair)
+    (_, col), grads = evaluate(pair, g1, g2, margin)
+    assert col.valid.shape[1] == primitives.FUNCTIONS[pair][1]
+    for leaf in (col.dist, col.pos, col.frame, *jax.tree.leaves(grads)):
+        assert np.all(np.isfinite(leaf))  # invalid slots and separated poses included
+    n_contact = 0
+    for b, (dist, pos, frame) in enumerate(contacts):
+        valid = col.valid[b]
+        assert valid.sum() == len(dist), (b, valid, dist)
+        n_contact += len(dist) > 0
+        mine = list(np.flatnonzero(valid))
+        for k in range(len(dist)):  # match as sets: nearest remaining contact by position
+            j = min(mine, key=lambda j: np.linalg.norm(col.pos[b, j] - pos[k]))
+            mine.remove(j)
+            np.testing.assert_allclose(col.pos[b, j], pos[k], rtol=0, atol=TOL, err_msg=f"pose {b}")
+            np.testing.assert_allclose(col.dist[b, j], dist[k], rtol=0, atol=TOL, err_msg=f"pose {b}")
+            np.testing.assert_allclose(col.frame[b, j], frame[k], rtol=0, atol=TOL, err_msg=f"pose {b}")
+    assert n_contact >= len(contacts) // 3  # the sampler mostly produces contacts
+
+
+# ------------------------------------------------------------------------------ gradients
+
+
+def gradient_configs(pair):
+    """(config, smooth, touching): generic penetrating configurations, degenerate ones, a separated one."""
+    rng = np.random.default_rng(11 + pair[1])
+    m = mujoco.MjModel.from_xml_string(xml(pair, 0.0))
+    d = mujoco.MjData(m)
+    generic = []
+    for p1, q1, p2, q2 in poses(pair, rng, n=200):  # generic: MuJoCo reports penetration
+        if pair[0] == PLANE:
+            d.mocap_pos[0], d.mocap_quat[0] = p1, q1
+            d.qpos[:] = np.concatenate([p2, q2])
+        else:
+            d.qpos[:] = np.concatenate([p1, q1, p2, q2])
+        mujoco.mj_forward(m, d)
+        if d.ncon and np.all(d.contact.dist[: d.ncon] < -1e-3):
+            generic.append(((p1, q1, p2, q2), True, True))
+        if len(generic) == 3:
+            break
+    # exact degenerate configurations: grads must be finite; FD too where the function stays smooth
+    smooth = {(PLANE, CAPSULE): [1], (PLANE, BOX): [0], (PLANE, ELLIPSOID): [0], (PLANE, SPHERE): [0], (CAPSULE, CAPSULE): [0]}
+    degenerate = [(cfg, i in smooth.get(pair, []), False) for i, cfg in enumerate(degenerate_poses(pair))]
+    far = (np.zeros(3), IDQ, np.array([0.0, 0.0, 3.0]), IDQ)
+    return generic + degenerate + [(far, True, False)]
+
+
+def frames_of(pair, cfg):
+    """GeomFrames of a (p1, q1, p2, q2) configuration (mat from MuJoCo's quat2Mat)."""
+    s1, s2 = sizes(pair)
+    mats = []
+    for q in (cfg[1], cfg[3]):
+        mat = np.zeros(9)
+        mujoco.mju_quat2Mat(mat, unit(q))
+        mats.append(mat.reshape(3, 3))
+    return (np.asarray(cfg[0], float), mats[0], np.pad(s1, (0, 3 - len(s1)))), (
+        np.asarray(cfg[2], float), mats[1], np.pad(s2, (0, 3 - len(s2))))
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{NAMES[p[0]]}-{NAMES[p[1]]}")
+def test_gradients(pair):
+    eps = 1e-6
+    configs = gradient_configs(pair)
+    rows, smooth = [], []
+    for cfg, is_smooth, _ in configs:
+        flat = np.concatenate([np.ravel(a) for g in frames_of(pair, cfg) for a in g])  # 30 numbers
+        rows.append(flat)
+        smooth.append(is_smooth)
+        for k in range(flat.size):  # central differences on every pos, mat and size entry
+            for s in (eps, -eps):
+                pert = flat.copy()
+                pert[k] += s
+                rows.append(pert)
+    x = np.stack(rows)
+    unflat = lambda a: GeomFrame(jnp.asarray(a[:, :3]), jnp.asarray(a[:, 3:12].reshape(-1, 3, 3)), jnp.asarray(a[:, 12:15]))  # noqa: E731
+    g1, g2 = unflat(x[:, :15]), unflat(x[:, 15:])
+    (value, col), grads = evaluate(pair, g1, g2, np.zeros(len(x)))
+    grad = np.concatenate([np.concatenate([leaf.reshape(len(x), -1) for leaf in g], 1) for g in grads], 1)
+    assert np.all(np.isfinite(grad)) and np.all(np.isfinite(value))
+    stride = 1 + 2 * 30
+    valid = col.valid
+    assert sum(touching for *_, touching in configs) == 3
+    for c, ((*_, touching), is_smooth) in enumerate(zip(configs, smooth)):
+        base = c * stride
+        assert valid[base].any() or not touching, f"config {c} not in contact"
+        if not is_smooth:
+            continue
+        assert np.all(col.dist[base][valid[base]] < -1e-4)  # validity fixed within the FD step
+        fd = (value[base + 1: base + stride: 2] - value[base + 2: base + stride: 2]) / (2 * eps)
+        ad = grad[base, [k for k in range(30)]]
+        np.testing.assert_allclose(ad, fd, rtol=0, atol=1e-5 * max(1.0, np.abs(fd).max()), err_msg=f"config {c}")
