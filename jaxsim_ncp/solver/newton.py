@@ -24,7 +24,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..constraint import Efc, contact_row_index
+from ..constraint import Efc
 from ..types import Model
 
 _MINVAL = 1e-15
@@ -48,8 +48,7 @@ class RowKinds(NamedTuple):
 def row_kinds(model: Model) -> RowKinds:
     layout = model.constraints
     n = layout.nefc
-    kind = np.zeros(n, np.int64)
-    kind[: layout.ne] = 0
+    kind = np.zeros(n, np.int64)  # 0 equality
     kind[layout.ne : layout.ne + layout.nf] = 1
     kind[layout.ne + layout.nf :] = 2
     cone = None
@@ -116,17 +115,21 @@ def _zones(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None):
         f0 = -Dm * NmT * mu
         fU = jnp.concatenate([f0[:, None], (-f0 / Ts)[:, None] * U[:, 1:] * cone.scale[:, 1:]], axis=1)
         fU = jnp.where(mid[:, None] & jnp.asarray(idx.valid), fU, 0.0)
-        force = force.at[idx.rows].add(fU * jnp.asarray(idx.valid))
+        force = force.at[idx.rows].add(fU)
         middle = (mid, U, N, Ts, Dm)
     return force, quad, middle
 
 
-def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad):
+def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad, middle):
+    """s(jar): quadratic rows, linear friction-loss rows and the elliptic middle zone."""
     D, R, fl = efc.D, efc.R, efc.frictionloss
     fr = jnp.asarray(kinds.friction) & efc.mask
     s = jnp.sum(jnp.where(quad, 0.5 * D * jar**2, 0.0))
     lin = fr & ~quad
     s += jnp.sum(jnp.where(lin, -0.5 * R * fl**2 + fl * jnp.abs(jar), 0.0))
+    if middle is not None:
+        mid, _, N, T, Dm = middle
+        s += jnp.sum(jnp.where(mid, 0.5 * Dm * (N - cone.mu * T) ** 2, 0.0))
     return s
 
 
@@ -165,21 +168,19 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
     cost = gauss[0] + alpha * gauss[1] + 0.5 * alpha**2 * gauss[2]
     d1 = gauss[1] + alpha * gauss[2]
     d2 = gauss[2]
-    cost += _cost(x, efc, kinds, cone, quad)
+    cost += _cost(x, efc, kinds, cone, quad, middle)
     d1 += jnp.sum(jnp.where(quad, D * x * Jp, 0.0))
     d2 += jnp.sum(jnp.where(quad, D * Jp**2, 0.0))
     lin = jnp.asarray(kinds.friction) & efc.mask & ~quad
     d1 += jnp.sum(jnp.where(lin, fl * jnp.sign(x) * Jp, 0.0))
     if middle is not None:
-        mid, U, N, _, Dm = middle
+        mid, U, N, T, Dm = middle  # T is only used where mid, where it is > 0
         idx = kinds.cone
         V = Jp[idx.rows] * cone.scale
-        T = jnp.sqrt(jnp.maximum(jnp.sum(U[:, 1:] ** 2, -1), _MINVAL**2))
         t1 = jnp.sum(U[:, 1:] * V[:, 1:], -1) / T
         t2 = (jnp.sum(V[:, 1:] ** 2, -1) - t1**2) / T
         nmt = N - cone.mu * T
         nmt1 = V[:, 0] - cone.mu * t1
-        cost += jnp.sum(jnp.where(mid, 0.5 * Dm * nmt**2, 0.0))
         d1 += jnp.sum(jnp.where(mid, Dm * nmt * nmt1, 0.0))
         d2 += jnp.sum(jnp.where(mid, Dm * (nmt1**2 - nmt * cone.mu * t2), 0.0))
     return _Eval(cost, d1, d2)
@@ -188,11 +189,19 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
 def _total_cost(qacc, M, qfrc_smooth, efc, kinds, cone):
     jar = efc.J @ qacc - efc.aref
     _, quad, middle = _zones(jar, efc, kinds, cone)
-    s = _cost(jar, efc, kinds, cone, quad)
-    if middle is not None:
-        mid, _, N, T, Dm = middle
-        s += jnp.sum(jnp.where(mid, 0.5 * Dm * (N - cone.mu * T) ** 2, 0.0))
-    return 0.5 * qacc @ M @ qacc - qacc @ qfrc_smooth + s
+    return 0.5 * qacc @ M @ qacc - qacc @ qfrc_smooth + _cost(jar, efc, kinds, cone, quad, middle)
+
+
+class _State(NamedTuple):
+    """Everything the Newton iteration needs at one qacc."""
+
+    qacc: Array
+    Ma: Array
+    jar: Array
+    force: Array
+    quad: Array
+    middle: tuple | None
+    grad: Array  # M qacc - qfrc_smooth - J^T force: gradient of the total cost
 
 
 class Solution(NamedTuple):
@@ -222,42 +231,37 @@ def solve(
     cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
     qacc0 = jnp.where(cost_ws < cost_sm, qacc_warmstart, qacc_smooth)
 
-    def newton_iteration(carry, _):
-        qacc, done, count = carry
+    def state_at(qacc) -> _State:
         jar = efc.J @ qacc - efc.aref
         force, quad, middle = _zones(jar, efc, kinds, cone)
         Ma = M @ qacc
-        grad = Ma - qfrc_smooth - efc.J.T @ force
-        H = _hessian(M, efc, quad, middle, kinds, cone)
-        chol = jsl.cho_factor(H, lower=True)
-        p = -jsl.cho_solve(chol, grad)
-        Jp = efc.J @ p
-        gauss = (0.5 * qacc @ Ma - qacc @ qfrc_smooth, p @ (Ma - qfrc_smooth), p @ M @ p)
-        ev = lambda a: _line_eval(a, jar, Jp, gauss, efc, kinds, cone)  # noqa: E731
-        start = ev(jnp.zeros((), qacc.dtype))
-        alpha = _line_search(ev, start, opt.ls_iterations, opt.ls_tolerance)
-        new_cost = ev(alpha).cost
-        improvement = scale * (start.cost - new_cost)
-        qacc_new = qacc + alpha * p
-        jar_new = efc.J @ qacc_new - efc.aref
-        force_new, _, _ = _zones(jar_new, efc, kinds, cone)
-        grad_new = M @ qacc_new - qfrc_smooth - efc.J.T @ force_new
-        gnorm = scale * jnp.sqrt(jnp.sum(grad_new**2))
-        converged = (improvement < opt.tolerance) | (gnorm < opt.tolerance)
-        qacc = jnp.where(done, qacc, qacc_new)
-        return (qacc, done | converged, count + jnp.where(done, 0, 1)), None
+        return _State(qacc, Ma, jar, force, quad, middle, Ma - qfrc_smooth - efc.J.T @ force)
 
-    grad0_force, _, _ = _zones(efc.J @ qacc0 - efc.aref, efc, kinds, cone)
-    grad0 = M @ qacc0 - qfrc_smooth - efc.J.T @ grad0_force
-    done0 = scale * jnp.sqrt(jnp.sum(grad0**2)) < opt.tolerance
-    init = (qacc0, done0, jnp.zeros((), jnp.int32))
-    (qacc, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=opt.iterations)
-    force, _, _ = _zones(efc.J @ qacc - efc.aref, efc, kinds, cone)
-    return Solution(qacc, force, efc.J.T @ force, count)
+    def newton_iteration(carry, _):
+        st, done, count = carry
+        H = _hessian(M, efc, st.quad, st.middle, kinds, cone)
+        p = -jsl.cho_solve(jsl.cho_factor(H, lower=True), st.grad)
+        Jp = efc.J @ p
+        gauss = (0.5 * st.qacc @ st.Ma - st.qacc @ qfrc_smooth, p @ (st.Ma - qfrc_smooth), p @ M @ p)
+        ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone)  # noqa: E731
+        start = ev(jnp.zeros((), st.qacc.dtype))
+        alpha, new_cost = _line_search(ev, start, opt.ls_iterations, opt.ls_tolerance)
+        new = state_at(st.qacc + alpha * p)
+        improvement = scale * (start.cost - new_cost)
+        gnorm = scale * jnp.sqrt(jnp.sum(new.grad**2))
+        converged = (improvement < opt.tolerance) | (gnorm < opt.tolerance)
+        st = jax.tree.map(lambda old, fresh: jnp.where(done, old, fresh), st, new)
+        return (st, done | converged, count + jnp.where(done, 0, 1)), None
+
+    st0 = state_at(qacc0)
+    done0 = scale * jnp.sqrt(jnp.sum(st0.grad**2)) < opt.tolerance
+    init = (st0, done0, jnp.zeros((), jnp.int32))
+    (st, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=opt.iterations)
+    return Solution(st.qacc, st.force, efc.J.T @ st.force, count)
 
 
 def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float):
-    """Exact 1-D minimization of a convex piecewise-smooth cost: bracketed Newton steps.
+    """(alpha, cost at alpha). Exact 1-D minimization of a convex piecewise-smooth cost: bracketed Newton steps.
 
     Starts at alpha = 0 (d1 < 0 along a descent direction); each step jumps to the
     minimum of the local quadratic model, falling back to bisection when that leaves
@@ -283,5 +287,5 @@ def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float):
 
     zero = jnp.zeros((), dtype)
     init = (zero, start, zero, jnp.asarray(jnp.inf, dtype), zero, start.cost)
-    (_, _, _, _, best, _), _ = jax.lax.scan(body, init, None, length=max(1, iterations))
-    return best
+    (_, _, _, _, best, best_cost), _ = jax.lax.scan(body, init, None, length=max(1, iterations))
+    return best, best_cost
