@@ -246,33 +246,6 @@ def _limit_rows(model: Model, data: Data) -> Rows:
     )  # fmt: skip
 
 
-class ContactRowIndex(NamedTuple):
-    """Static map from contact rows to (contact, frame axis, pyramid sign)."""
-
-    contact: np.ndarray
-    axis: np.ndarray  # 0 normal, 1..5 friction axes
-    sign: np.ndarray  # pyramidal edge sign (+1/-1), 0 for elliptic / frictionless rows
-
-
-def contact_row_index(model: Model) -> ContactRowIndex:
-    layout = model.constraints
-    contact, axis, sign = [], [], []
-    for c, dim in enumerate(layout.contact_dim):
-        if dim == 1:
-            contact.append(c), axis.append(0), sign.append(0)
-        elif layout.cone == "elliptic":
-            contact += [c] * dim
-            axis += list(range(dim))
-            sign += [0] * dim
-        else:
-            for k in range(1, dim):
-                contact += [c, c]
-                axis += [k, k]
-                sign += [1, -1]
-    as_int = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-    return ContactRowIndex(as_int(contact), as_int(axis), as_int(sign))
-
-
 def _contact_rows(model: Model, data: Data) -> Rows:
     """Contact rows (mj_instantiateContact): frame-rotated Jacobian differences, body2 - body1."""
     layout = model.constraints
@@ -286,8 +259,7 @@ def _contact_rows(model: Model, data: Data) -> Rows:
     frame = con.frame
     J6 = jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)  # (ncon, 6, nv)
 
-    idx = contact_row_index(model)
-    c, k, sign = idx.contact, idx.axis, idx.sign
+    c, k, sign = layout.row_contact, layout.row_axis, layout.row_sign
     fric = con.friction[c, np.maximum(k - 1, 0)]
     elliptic = layout.cone == "elliptic"
     if elliptic:
@@ -381,7 +353,6 @@ def make_efc(model: Model, data: Data) -> Efc:
 def _contact_regularizer(model: Model, data: Data, R):
     """Friction-dimension R of each contact (second loop of mj_makeImpedance) and the cone slope mu."""
     layout = model.constraints
-    idx = contact_row_index(model)
     start = layout.contact_row_start
     dim = layout.contact_dim
     friction = data.contact.friction
@@ -390,7 +361,7 @@ def _contact_regularizer(model: Model, data: Data, R):
     R1 = R0 / jnp.maximum(MINVAL, model.opt.impratio)
     mu = jnp.where(jnp.asarray(frictional), friction[:, 0] * jnp.sqrt(R1 / R0), 0.0)
     rows = np.arange(layout.ne + layout.nf + layout.nl, layout.nefc)
-    c, k = idx.contact, idx.axis
+    c, k = layout.row_contact, layout.row_axis
     fr = jnp.asarray(frictional)[c]
     if layout.cone == "elliptic":
         f = friction[c, np.maximum(k - 1, 0)]

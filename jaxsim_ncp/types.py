@@ -234,6 +234,33 @@ class ConstraintLayout:
         return np.where(dim == 1, 1, 2 * (dim - 1))
 
     @functools.cached_property
+    def _row_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each contact row: its contact, its frame axis (0 normal, 1..5 friction) and
+        pyramid edge sign (+1/-1; 0 for elliptic and frictionless rows)."""
+        rows = self.contact_rows
+        contact = np.repeat(np.arange(self.ncon), rows)
+        local = np.arange(len(contact)) - np.repeat(np.cumsum(rows) - rows, rows)
+        dim = self.contact_dim[contact]
+        if self.cone == "elliptic":
+            return contact, local, np.zeros_like(local)
+        pyramid = dim > 1
+        axis = np.where(pyramid, local // 2 + 1, 0)
+        sign = np.where(pyramid, 1 - 2 * (local % 2), 0)
+        return contact, axis, sign
+
+    @property
+    def row_contact(self) -> np.ndarray:
+        return self._row_index[0]
+
+    @property
+    def row_axis(self) -> np.ndarray:
+        return self._row_index[1]
+
+    @property
+    def row_sign(self) -> np.ndarray:
+        return self._row_index[2]
+
+    @functools.cached_property
     def contact_row_start(self) -> np.ndarray:
         return self.ne + self.nf + self.nl + np.concatenate([[0], np.cumsum(self.contact_rows)[:-1]]).astype(np.int64)
 
