@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from .collision import FUNCTIONS
 from .types import (
     BiasType,
     ConstraintLayout,
@@ -366,8 +367,6 @@ def _pair_condim(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> int:
 
 def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: str) -> ConstraintLayout:
     """Static contact-slot and constraint-row layout (see types.ConstraintLayout)."""
-    from .collision import FUNCTIONS  # collision imports types only; no cycle at module load
-
     off = lambda flag: "constraint" in disableflags or flag in disableflags  # noqa: E731
     groups = []
     if not off("contact"):

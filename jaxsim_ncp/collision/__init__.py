@@ -4,9 +4,6 @@
 geom-type pair (type1 <= type2); see `base` for the function contract.
 """
 
-from . import box, primitives
-from .driver import collide
-
-FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS}
+from .driver import FUNCTIONS, collide
 
 __all__ = ["FUNCTIONS", "collide"]

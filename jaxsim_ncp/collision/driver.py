@@ -19,8 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..types import Contact, Data, Model, PairGroup
+from ..types import Contact, Data, Model, PairGroup, empty_contact
+from . import box, primitives
 from .base import GeomFrame
+
+# (type1, type2) -> (narrow-phase function, contact slots per pair), type1 <= type2
+FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS}
 
 _MINVAL = 1e-15  # mjMINVAL
 _MINMU = 1e-5  # mjMINMU: contact friction is clamped below by this
@@ -77,8 +81,6 @@ def _group_params(model: Model, group: PairGroup):
 
 def collide(model: Model, data: Data) -> Contact:
     """Narrow phase over every candidate pair (mj_collision); returns the fixed-size contact array."""
-    from . import FUNCTIONS
-
     parts = []
     for group in model.constraints.groups:
         fn, n_slots = FUNCTIONS[group.types]
@@ -102,7 +104,5 @@ def collide(model: Model, data: Data) -> Contact:
             )
         )
     if not parts:
-        from ..types import empty_contact
-
         return empty_contact(0, model.dtype)
     return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
