@@ -70,6 +70,7 @@ def from_mujoco(
     iterations: int | None = None,
     ls_iterations: int | None = None,
     cone: str | None = None,
+    grad_mode: str = "implicit",
     dtype=None,
     **later,
 ) -> Model:
@@ -98,6 +99,8 @@ def from_mujoco(
         raise ValueError(f"integrator must be one of {_SUPPORTED_INTEGRATORS}, got {integrator!r}")
     if cone is not None and cone not in ("pyramidal", "elliptic"):
         raise ValueError(f"cone must be 'pyramidal' or 'elliptic', got {cone!r}")
+    if grad_mode not in ("implicit", "unroll"):
+        raise ValueError(f"grad_mode must be 'implicit' or 'unroll', got {grad_mode!r}")
 
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
     _check_supported(m, disableflags)
@@ -118,6 +121,7 @@ def from_mujoco(
         ls_iterations=int(m.opt.ls_iterations if ls_iterations is None else ls_iterations),
         cone=cone or _CONE[int(m.opt.cone)],
         disableflags=disableflags,
+        grad_mode=grad_mode,
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731

@@ -296,6 +296,7 @@ class Option(eqx.Module):
     disableflags: tuple[str, ...] = eqx.field(static=True, default=())
     tolerance: float = eqx.field(static=True, default=1e-8)
     ls_tolerance: float = eqx.field(static=True, default=0.01)
+    grad_mode: str = eqx.field(static=True, default="implicit")  # solver reverse mode: "implicit" | "unroll"
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""

@@ -16,6 +16,7 @@ solver vmaps.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -26,6 +27,7 @@ from jaxtyping import Array, Float
 
 from ..constraint import Efc
 from ..types import Model
+from .implicit import implicit_solver
 
 _MINVAL = 1e-15
 
@@ -71,7 +73,7 @@ class _Cone(NamedTuple):
     D0: Array  # (ncone,)
 
 
-def _cone_data(model: Model, efc: Efc, friction: Array, kinds: RowKinds) -> _Cone | None:
+def _cone_data(efc: Efc, friction: Array, kinds: RowKinds) -> _Cone | None:
     cone = kinds.cone
     if cone is None:
         return None
@@ -211,6 +213,15 @@ class Solution(NamedTuple):
     iterations: Array  # Newton iterations used
 
 
+class Problem(NamedTuple):
+    """What the solution depends on (theta of the implicit differentiation)."""
+
+    M: Float[Array, "nv nv"]
+    qfrc_smooth: Float[Array, " nv"]
+    efc: Efc
+    friction: Float[Array, "ncon 5"]
+
+
 def solve(
     model: Model,
     M: Float[Array, "nv nv"],
@@ -220,22 +231,67 @@ def solve(
     efc: Efc,
     friction: Float[Array, "ncon 5"],
 ) -> Solution:
-    """Minimize the reduced primal cost (mj_solNewton) from the better of warm start and a0."""
-    kinds = row_kinds(model)
-    cone = _cone_data(model, efc, friction, kinds)
-    opt = model.opt
-    nv = model.nv
-    scale = 1.0 / (opt.meaninertia * max(1, nv))
+    """Minimize the reduced primal cost (mj_solNewton) from the better of warm start and a0.
 
+    With `model.opt.grad_mode == "implicit"` (default) reverse mode differentiates the
+    optimality condition grad cost(qacc) = 0 at the solution (`implicit.implicit_solver`:
+    one solve with the cost Hessian M + J^T H_s J); with "unroll" it differentiates
+    through the Newton and line-search iterations.
+    """
+    kinds = row_kinds(model)
+    problem = Problem(M, qfrc_smooth, efc, friction)
+    cone = _cone_data(efc, friction, kinds)
     cost_ws = _total_cost(qacc_warmstart, M, qfrc_smooth, efc, kinds, cone)
     cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
     qacc0 = jnp.where(cost_ws < cost_sm, qacc_warmstart, qacc_smooth)
+    scale = 1.0 / (model.opt.meaninertia * max(1, model.nv))  # MuJoCo's tolerance scaling
 
-    def state_at(qacc) -> _State:
-        jar = efc.J @ qacc - efc.aref
-        force, quad, middle = _zones(jar, efc, kinds, cone)
-        Ma = M @ qacc
-        return _State(qacc, Ma, jar, force, quad, middle, Ma - qfrc_smooth - efc.J.T @ force)
+    opt = model.opt
+    minimize = functools.partial(
+        _minimize, kinds=kinds, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
+        tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance,
+    )
+    if opt.grad_mode == "implicit":
+        residual = functools.partial(_residual, kinds=kinds)
+        factorize = functools.partial(_factorize_hessian, kinds=kinds)
+        minimize = implicit_solver(minimize, residual, factorize, _cho_solve)
+        qacc0, scale = jax.lax.stop_gradient((qacc0, scale))
+    qacc, count = minimize(problem, (qacc0, scale))
+    st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
+    return Solution(qacc, st.force, efc.J.T @ st.force, count)
+
+
+def _state_at(qacc, problem: Problem, kinds: RowKinds, cone: _Cone | None) -> _State:
+    M, qfrc_smooth, efc, _ = problem
+    jar = efc.J @ qacc - efc.aref
+    force, quad, middle = _zones(jar, efc, kinds, cone)
+    Ma = M @ qacc
+    return _State(qacc, Ma, jar, force, quad, middle, Ma - qfrc_smooth - efc.J.T @ force)
+
+
+def _residual(qacc, problem: Problem, kinds: RowKinds):
+    """Optimality condition: the gradient of the total cost, M qacc - qfrc_smooth - J^T force."""
+    return _state_at(qacc, problem, kinds, _cone_data(problem.efc, problem.friction, kinds)).grad
+
+
+def _factorize_hessian(qacc, problem: Problem, kinds: RowKinds):
+    """Cholesky factor of the cost Hessian M + J^T H_s J at qacc (the Jacobian of `_residual`)."""
+    cone = _cone_data(problem.efc, problem.friction, kinds)
+    st = _state_at(qacc, problem, kinds, cone)
+    return jsl.cho_factor(_hessian(problem.M, problem.efc, st.quad, st.middle, kinds, cone), lower=True)
+
+
+def _cho_solve(factor, b):
+    return jsl.cho_solve(factor, b)
+
+
+def _minimize(
+    problem: Problem, start, *, kinds: RowKinds, iterations: int, ls_iterations: int, tolerance: float, ls_tolerance: float
+) -> tuple[Array, Array]:
+    """Newton iterations from start = (qacc0, tolerance scale); returns (qacc, iterations used)."""
+    qacc0, scale = start
+    M, qfrc_smooth, efc, friction = problem
+    cone = _cone_data(efc, friction, kinds)
 
     def newton_iteration(carry, _):
         st, done, count = carry
@@ -245,19 +301,19 @@ def solve(
         gauss = (0.5 * st.qacc @ st.Ma - st.qacc @ qfrc_smooth, p @ (st.Ma - qfrc_smooth), p @ M @ p)
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone)  # noqa: E731
         start = ev(jnp.zeros((), st.qacc.dtype))
-        alpha, new_cost = _line_search(ev, start, opt.ls_iterations, opt.ls_tolerance)
-        new = state_at(st.qacc + alpha * p)
+        alpha, new_cost = _line_search(ev, start, ls_iterations, ls_tolerance)
+        new = _state_at(st.qacc + alpha * p, problem, kinds, cone)
         improvement = scale * (start.cost - new_cost)
         gnorm = scale * jnp.sqrt(jnp.sum(new.grad**2))
-        converged = (improvement < opt.tolerance) | (gnorm < opt.tolerance)
+        converged = (improvement < tolerance) | (gnorm < tolerance)
         st = jax.tree.map(lambda old, fresh: jnp.where(done, old, fresh), st, new)
         return (st, done | converged, count + jnp.where(done, 0, 1)), None
 
-    st0 = state_at(qacc0)
-    done0 = scale * jnp.sqrt(jnp.sum(st0.grad**2)) < opt.tolerance
+    st0 = _state_at(qacc0, problem, kinds, cone)
+    done0 = scale * jnp.sqrt(jnp.sum(st0.grad**2)) < tolerance
     init = (st0, done0, jnp.zeros((), jnp.int32))
-    (st, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=opt.iterations)
-    return Solution(st.qacc, st.force, efc.J.T @ st.force, count)
+    (st, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+    return st.qacc, count
 
 
 def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float):
