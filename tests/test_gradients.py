@@ -41,10 +41,14 @@ def loss_from(final: jsn.Data, weights) -> jax.Array:
     return jnp.dot(weights, jnp.concatenate([final.qpos, final.qvel])) + 0.1 * jnp.sum(final.act**2)
 
 
-def check_directional(f, x, rng, n_dirs: int = 2, rtol: float = 1e-5):
-    """grad(f)(x) . u == (f(x + eps u) - f(x - eps u)) / (2 eps) for random directions u (pytrees)."""
-    value, grad = jax.value_and_grad(f)(x)
-    assert np.isfinite(float(value))
+def check_directional(f, x, rng, n_dirs: int = 2, rtol: float = 1e-5, grad=None):
+    """grad(f)(x) . u == (f(x + eps u) - f(x - eps u)) / (2 eps) for random directions u (pytrees).
+
+    `grad`: the gradient to check, if already computed (otherwise jax.grad(f)(x)).
+    """
+    if grad is None:
+        value, grad = jax.value_and_grad(f)(x)
+        assert np.isfinite(float(value))
     leaves, treedef = jax.tree.flatten(x)
     grad_leaves = jax.tree.leaves(grad)
     for _ in range(n_dirs):

@@ -1,0 +1,131 @@
+"""Gradients through collision, constraint rows and the Newton solver (float64).
+
+For every constraint type (contacts with condim 3/4/6 under both cones, hinge/slide/ball
+limits, friction loss, connect/weld/joint equalities) and the parameters users fit
+(geom size/friction/solref/solimp, body mass, damping, gear, timestep, ...):
+
+- implicit gradients (custom_vjp at the solution, the default) equal gradients
+  unrolled through the converged solver iterations to 1e-6;
+- both equal central finite differences to 1e-4 at states where the dynamics are
+  smooth (every constraint strictly inside one zone of its penalty);
+- gradients stay finite where a contact or limit sits exactly at its activation boundary.
+"""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+from test_gradients import check_directional
+
+_OPTION = '<option timestep="0.005" iterations="40" ls_iterations="20" tolerance="1e-13"/>'
+_NOCOLLIDE = 'contype="0" conaffinity="0"'
+
+CONTACTS = f"""<mujoco>{_OPTION}<worldbody>
+  <geom type="plane" size="5 5 .1"/>
+  <body pos="0 0 .07" quat=".995 .07 .05 0"><freejoint/><geom type="box" size=".1 .08 .06" friction=".8"/></body>
+  <body pos="1 0 .048"><freejoint/><geom type="sphere" size=".05" condim="4"/></body>
+  <body pos="1.03 0 .145" quat=".96 0 .28 0"><freejoint/><geom type="capsule" size=".04 .08" condim="6"/></body>
+</worldbody></mujoco>"""
+
+JOINTS = f"""<mujoco>{_OPTION}<worldbody>
+  <body pos="0 0 1"><joint name="h1" type="hinge" axis="0 1 0" range="-30 30" frictionloss=".2" damping=".3"/>
+    <geom type="capsule" fromto="0 0 0 .3 0 0" size=".04" {_NOCOLLIDE}/>
+    <body pos=".3 0 0"><joint name="h2" type="hinge" axis="0 1 0" range="-10 10"/>
+      <geom type="capsule" fromto="0 0 0 .3 0 0" size=".04" {_NOCOLLIDE}/>
+      <body pos=".3 0 0"><joint name="s" type="slide" axis="1 0 0" range="-.05 .05" frictionloss=".1"/>
+        <geom type="sphere" size=".05" {_NOCOLLIDE}/>
+        <body pos=".1 0 0"><joint type="ball" range="0 20" damping=".1"/>
+          <geom type="capsule" fromto="0 0 0 0 0 -.2" size=".03" {_NOCOLLIDE}/></body></body></body></body>
+</worldbody><actuator><motor joint="h1" gear="2"/><position joint="h2" kp="5"/></actuator></mujoco>"""
+
+EQUALITY = f"""<mujoco>{_OPTION}<worldbody><geom type="plane" size="5 5 .1"/>
+  <body name="a" pos="0 0 .5"><freejoint/><geom type="box" size=".1 .05 .05"/></body>
+  <body name="b" pos=".25 0 .5" quat=".9 .1 .2 .3"><freejoint/><geom type="box" size=".1 .05 .05"/></body>
+  <body name="c" pos="0 .3 .6"><joint type="hinge" axis="1 0 0" damping=".2"/>
+    <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" {_NOCOLLIDE}/>
+    <body name="d" pos="0 .2 0"><joint name="j2" type="hinge" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" {_NOCOLLIDE}/></body></body>
+</worldbody><equality><weld body1="a" body2="b" torquescale="2"/><connect body1="c" body2="a" anchor="0 .1 0"/>
+  <joint joint1="j2" polycoef=".1 .5 .2 0 0"/></equality>
+<actuator><motor joint="j2" gear="1.5"/></actuator></mujoco>"""
+
+_BALL = np.array([np.cos(np.deg2rad(12.5)), 0.0, np.sin(np.deg2rad(12.5)), 0.0])  # 25 deg: past its 20 deg limit
+
+
+def _contact_params(m):
+    return m.geom_friction, m.geom_solref, m.geom_solimp, m.geom_size, m.body_mass, m.opt.timestep
+
+
+def _joint_params(m):
+    return m.jnt_range, m.jnt_solref, m.jnt_solimp, m.dof_frictionloss, m.dof_damping, m.actuator_gear, m.body_mass, m.opt.timestep
+
+
+def _equality_params(m):
+    return m.eq_solref, m.eq_solimp, m.eq_data, m.dof_damping, m.actuator_gear, m.body_mass, m.opt.timestep
+
+
+# name -> (xml, qpos or None, params, expected active rows (equality, friction loss, limits, contacts) > 0)
+SCENES = {
+    "contacts": (CONTACTS, None, _contact_params, (False, False, False, True)),
+    "joints": (JOINTS, np.concatenate([[0.55, -0.19, 0.06], _BALL]), _joint_params, (False, True, True, False)),
+    "equality": (EQUALITY, None, _equality_params, (True, False, False, False)),
+}
+CASES = [("contacts", "pyramidal"), ("contacts", "elliptic"), ("joints", "pyramidal"), ("equality", "elliptic")]
+
+
+@functools.cache
+def _loss(name: str, cone: str, grad_mode: str):
+    """(loss(x), x0): next-state loss of one step as a function of (qpos, qvel, ctrl, model parameters)."""
+    xml, qpos, params, _ = SCENES[name]
+    model = jsn.load_mjcf(xml, cone=cone, grad_mode=grad_mode)
+    rng = np.random.default_rng(7)
+    data = jsn.make_data(model)
+    if qpos is not None:
+        data = data.replace(qpos=jnp.asarray(qpos))
+    data = data.replace(qvel=jnp.asarray(0.2 * rng.normal(size=model.nv)), ctrl=jnp.asarray(rng.normal(size=model.nu)))
+    w = jnp.asarray(rng.normal(size=model.nq + 2 * model.nv))
+
+    def loss(x):
+        qpos, qvel, ctrl, p = x
+        m = eqx.tree_at(params, model, p)
+        out = jsn.step(m, data.replace(qpos=qpos, qvel=qvel, ctrl=ctrl))
+        return jnp.dot(w, jnp.concatenate([out.qpos, out.qvel, 1e-3 * out.qacc]))
+
+    return loss, (data.qpos, data.qvel, data.ctrl, params(model)), (model, data)
+
+
+def _active_rows(model, data):
+    layout = model.constraints
+    mask = np.asarray(jsn.forward(model, data).efc_mask)
+    bounds = np.cumsum([0, layout.ne, layout.nf, layout.nl, layout.nefc - layout.ne - layout.nf - layout.nl])
+    return tuple(bool(mask[a:b].any()) for a, b in zip(bounds[:-1], bounds[1:]))
+
+
+@pytest.mark.parametrize("name,cone", CASES)
+def test_implicit_gradients_match_unrolled_and_finite_differences(name, cone):
+    loss, x0, (model, data) = _loss(name, cone, "implicit")
+    assert _active_rows(model, data) == SCENES[name][3], "the state must exercise the scene's constraint types"
+    implicit = jax.jit(jax.grad(loss))(x0)
+    unroll_loss, _, _ = _loss(name, cone, "unroll")
+    unrolled = jax.jit(jax.grad(unroll_loss))(x0)
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(implicit)[0], jax.tree.leaves(unrolled)):
+        scale = max(float(np.max(np.abs(b), initial=0.0)), 1e-8)
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6 * scale, err_msg=jax.tree_util.keystr(path))
+    check_directional(jax.jit(loss), x0, np.random.default_rng(11), n_dirs=3, rtol=1e-4, grad=implicit)
+
+
+def test_gradients_finite_at_activation_boundary():
+    """Sphere exactly touching the plane (dist == 0) and limits exactly at their bounds: finite gradients."""
+    loss, (qpos, qvel, ctrl, p), _ = _loss("contacts", "elliptic", "implicit")
+    at_contact = qpos.at[9].set(0.05)  # sphere radius: touching
+    g = jax.jit(jax.grad(loss))((at_contact, qvel, ctrl, p))
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(g))
+    loss, (qpos, qvel, ctrl, p), _ = _loss("joints", "pyramidal", "implicit")
+    at_limits = qpos.at[0].set(np.deg2rad(30.0)).at[2].set(0.05)
+    g = jax.jit(jax.grad(loss))((at_limits, qvel, ctrl, p))
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(g))
