@@ -72,6 +72,10 @@ def test_overrides_and_errors():
         jsn.load_mjcf(ARM, timestpe=0.1)
     with pytest.raises(ValueError, match="integrator"):
         jsn.load_mjcf(ARM, integrator="verlet")
+    with pytest.raises(ValueError, match="grad_mode"):
+        jsn.load_mjcf(ARM, grad_mode="adjoint")
+    assert jsn.load_mjcf(ARM).opt.grad_mode == "implicit"
+    assert jsn.load_mjcf(ARM, grad_mode="unroll").opt.grad_mode == "unroll"
 
 
 def test_check_model_rejects_unphysical_parameters():
