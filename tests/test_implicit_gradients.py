@@ -20,7 +20,32 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp.solver.implicit import implicit_solver
 from test_gradients import check_directional
+
+def test_implicit_solver_differentiates_a_non_differentiable_solver():
+    """Roots of g(x) = x^3 + a x - c found by bisection (no derivative through it):
+    dx/da = -x / (3x^2 + a), dx/dc = 1 / (3x^2 + a), with the default dense-LU backward pass."""
+
+    def bisect(theta, bracket):
+        a, c = theta
+
+        def body(lohi, _):
+            lo, hi = lohi
+            mid = 0.5 * (lo + hi)
+            up = mid**3 + a * mid - c > 0
+            return (jnp.where(up, lo, mid), jnp.where(up, mid, hi)), None
+
+        (lo, hi), _ = jax.lax.scan(body, bracket, None, length=200)
+        return jnp.atleast_1d(jax.lax.stop_gradient(0.5 * (lo + hi))), jnp.int32(200)
+
+    residual = lambda x, theta: x**3 + theta[0] * x - theta[1]  # noqa: E731
+    root = implicit_solver(bisect, residual)
+    a, c = 2.0, 5.0
+    x, grad = jax.value_and_grad(lambda th: root(th, (-10.0, 10.0))[0][0])((a, c))
+    np.testing.assert_allclose(x**3 + a * x, c, rtol=1e-13)
+    np.testing.assert_allclose(grad, [-x / (3 * x**2 + a), 1 / (3 * x**2 + a)], rtol=1e-12)
+
 
 _OPTION = '<option timestep="0.005" iterations="40" ls_iterations="20" tolerance="1e-13"/>'
 _NOCOLLIDE = 'contype="0" conaffinity="0"'
