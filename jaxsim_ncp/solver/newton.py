@@ -244,9 +244,8 @@ def solve(
     cost_ws = _total_cost(qacc_warmstart, M, qfrc_smooth, efc, kinds, cone)
     cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
     qacc0 = jnp.where(cost_ws < cost_sm, qacc_warmstart, qacc_smooth)
-    scale = 1.0 / (model.opt.meaninertia * max(1, model.nv))  # MuJoCo's tolerance scaling
-
     opt = model.opt
+    scale = 1.0 / (opt.meaninertia * max(1, model.nv))  # MuJoCo's tolerance scaling
     minimize = functools.partial(
         _minimize, kinds=kinds, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
         tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance,
@@ -278,11 +277,11 @@ def _factorize_hessian(qacc, problem: Problem, kinds: RowKinds):
     """Cholesky factor of the cost Hessian M + J^T H_s J at qacc (the Jacobian of `_residual`)."""
     cone = _cone_data(problem.efc, problem.friction, kinds)
     st = _state_at(qacc, problem, kinds, cone)
-    return jsl.cho_factor(_hessian(problem.M, problem.efc, st.quad, st.middle, kinds, cone), lower=True)
+    return jsl.cho_factor(_hessian(problem.M, problem.efc, st.quad, st.middle, kinds, cone), lower=True)[0]
 
 
-def _cho_solve(factor, b):
-    return jsl.cho_solve(factor, b)
+def _cho_solve(lower_factor, b):
+    return jsl.cho_solve((lower_factor, True), b)
 
 
 def _minimize(
