@@ -5,9 +5,9 @@ Models (built by ``bench_contact.py``, imported from there):
   * ``humanoid``: the mjx package's test humanoid (nq=28, nv=27, nu=21; own settings:
     Newton, pyramidal, iterations=1, ls_iterations=4, tolerance=1e-8), from the "squat"
     keyframe, T=100 by default;
-  * ``pile``: 100 free cubes stacked 5x5x4 (nv=600, nu=0; own settings iterations=4,
-    ls_iterations=8), T=1 by default (``--pile-steps``): one of our forward steps at
-    full convergence takes tens of seconds on a 2-core CPU.
+  * ``pile``: 100 free cubes stacked 5x5x4 (nv=600, nu=0, 40000 candidate contacts;
+    own settings iterations=4, ls_iterations=8), T=1 by default (``--pile-steps``): one
+    of our forward steps at full convergence takes several seconds on a 2-core CPU.
 
 Loss (the same for every configuration), for one world from the model's start state:
 
@@ -22,8 +22,11 @@ Configurations, each in its own child process (isolation, hard time limit, per-p
 peak RSS; see ``bench_contact.py``), all in one invocation:
 
   (d) fwd       ours, forward rollout only (no gradient), solver at full convergence:
-                ``iterations=--iterations`` (50), ``ls_iterations=--ls-iterations`` (20),
-                ``tolerance=--tolerance`` (1e-8, the MuJoCo default, also both models');
+                ``iterations=--iterations`` (50; pile: ``--pile-iterations``, 10),
+                ``ls_iterations=--ls-iterations`` (20), ``tolerance=--tolerance`` (1e-8,
+                the MuJoCo default and both models' own). Both models reach the float32
+                floor of the solver residual within 10 iterations (the "resid" column is
+                the same at 10 and 50), so 10 is already full convergence for the pile;
   (a) implicit  ours, ``jax.grad`` with ``grad_mode="implicit"`` at those settings;
   (b) unroll    ours, ``jax.grad`` with ``grad_mode="unroll"`` at those settings;
   (f) fwd@1     ours, forward rollout at MJX's settings (iterations=1, the model's
@@ -33,7 +36,14 @@ peak RSS; see ``bench_contact.py``), all in one invocation:
   (c) mjx       MJX reverse mode at iterations=1. MJX's solver runs
                 ``jax.lax.while_loop`` whenever iterations > 1 (``mjx/_src/solver.py``,
                 ``solve``), which JAX cannot reverse-differentiate, so iterations=1 is
-                the only setting at which MJX has a reverse-mode gradient at all.
+                the only setting at which MJX has a reverse-mode gradient at all;
+  (g) unroll@1  ours, ``grad_mode="unroll"`` at MJX's settings: the same derivative MJX
+                computes (of the one-iteration map), to check ours against MJX.
+
+Each configuration gets a run-time budget (``--budget``; pile: ``--pile-budget``) and
+is killed after 2 * budget + ``--compile-allowance`` seconds; a gradient configuration of
+ours is skipped when its forward reference, (d) or (f), failed or when 3x that forward
+call time exceeds the budget.
 
 Our Newton solver scans a fixed ``iterations`` (converged iterations become no-ops but
 are still computed), so our forward cost grows linearly with ``iterations``.
@@ -50,22 +60,24 @@ Reported per configuration:
     of Python/JAX/MuJoCo baseline and the XLA compiler's own use);
   * resid:     ours only: max over the T steps of MuJoCo's scaled solver gradient
     |M qacc - qfrc_smooth - qfrc_constraint| / (meaninertia * nv), i.e. how far from
-    converged the solver ended (MuJoCo stops below ``tolerance``; float32 has a floor
-    around 1e-5 here);
+    converged the solver ended (MuJoCo stops below ``tolerance``; in float32 it
+    bottoms out around 1e-5 for the humanoid and 1e-7 for the pile);
   * loss:      the loss value (as a cross-check that configurations simulate alike).
 
 Then ratios (ours grad / ours forward, ours / MJX, implicit / unrolled) and gradient
 sanity lines: implicit vs unrolled at full convergence (should agree to float32
-round-off), ours at iterations=1 vs MJX (they differentiate different things: MJX the
-one-iteration map, ours the implicit derivative at an unconverged point), and for the
+round-off), ours unrolled at iterations=1 vs MJX (the same derivative: should agree up
+to the simulators' float32 differences), ours implicit at iterations=1 vs both (the
+implicit derivative assumes a converged solver, which one iteration is not), and for the
 models in ``--fd-models`` (default: humanoid) ours implicit vs a central finite
 difference along one random (ctrl, qvel0) direction in float64 at full convergence.
 
 Run from the repository root:
 
-    .venv/bin/python experiments/bench_grad.py                       # humanoid T=100 + pile T=1
+    .venv/bin/python experiments/bench_grad.py                       # humanoid T=100 + pile T=1 (~15 min)
     .venv/bin/python experiments/bench_grad.py --models humanoid --steps 200 --budget 120
-    .venv/bin/python experiments/bench_grad.py --models pile --pile-steps 3 --pile-budget 600
+    .venv/bin/python experiments/bench_grad.py --models pile --pile-steps 3 --pile-budget 300
+    .venv/bin/python experiments/bench_grad.py --models humanoid --iterations 10 --checkpoint 10
     .venv/bin/python experiments/bench_grad.py --models humanoid --configs fwd implicit --batch 16
 
 Timings are wall times on whatever else the machine is running; treat them as noisy.
@@ -98,6 +110,7 @@ CONFIGS: dict[str, tuple[str, str, bool, str, bool]] = {
     "unroll": ("(b) ours grad unroll, full conv.", "ours", True, "unroll", True),
     "fwd1": ("(f) ours fwd, iterations=1", "ours", False, "implicit", False),
     "implicit1": ("(e) ours grad implicit, iterations=1", "ours", True, "implicit", False),
+    "unroll1": ("(g) ours grad unroll, iterations=1", "ours", True, "unroll", False),
     "mjx": ("(c) MJX grad (reverse), iterations=1", "mjx", True, "", False),
 }
 GRAD_KEYS = ("ctrl", "qvel0", "body_mass", "friction")
@@ -110,7 +123,8 @@ def solver_settings(args, model_name: str, full: bool) -> dict[str, Any]:
     """iterations, ls_iterations, tolerance of a configuration (full convergence or MJX's iterations=1)."""
     m, *_ = load_model(model_name)
     if full:
-        return dict(iterations=args.iterations, ls_iterations=args.ls_iterations, tolerance=args.tolerance)
+        iterations = args.pile_iterations if model_name == "pile" else args.iterations
+        return dict(iterations=iterations, ls_iterations=args.ls_iterations, tolerance=args.tolerance)
     return dict(iterations=1, ls_iterations=int(m.opt.ls_iterations), tolerance=float(m.opt.tolerance))
 
 
@@ -274,6 +288,7 @@ def run_child(args, worker: str, model_name: str, steps: int, budget: float, out
     cmd = [sys.executable, os.path.abspath(__file__), "--_worker", worker, "--_out", out, "--models", model_name,
            "--steps", str(steps), "--batch", str(args.batch), "--repeats", str(args.repeats), "--budget", str(budget),
            "--max-mem-gb", str(args.max_mem_gb), "--iterations", str(args.iterations),
+           "--pile-iterations", str(args.pile_iterations),
            "--ls-iterations", str(args.ls_iterations), "--tolerance", repr(args.tolerance), "--seed", str(args.seed),
            "--checkpoint", str(args.checkpoint)] + (["--x64"] if args.x64 else [])
     hard = 2 * budget + args.compile_allowance  # start-up + compile (not budgeted) + run time (budgeted)
@@ -357,8 +372,8 @@ def bench_model(args, name: str, tmp: str) -> None:
         if sim == "ours" and grad and fwd is not None:
             if not fwd.ok:
                 reason = f"skipped (forward: {fwd.status})"
-            elif 2 * 3 * fwd.call_s > budget:  # warm-up + one call, a gradient costing ~3 forward rollouts
-                reason = f"skipped: est. {6 * fwd.call_s:.0f}s run > budget"
+            elif 3 * fwd.call_s > budget:  # not even the warm-up call of a gradient (~3 forward rollouts) fits
+                reason = f"skipped: est. {3 * fwd.call_s:.0f}s/call > budget"
         if reason:
             out = Outcome(status=reason)
         else:
@@ -388,20 +403,22 @@ def bench_model(args, name: str, tmp: str) -> None:
             print(f"   note: {CONFIGS[cfg][0]}: {o.status}")
     print("   '*': only the warm-up call fitted the budget and is the measurement; resid: max scaled solver gradient "
           "(ours only)")
-    print("   MJX runs iterations=1 because its solver uses lax.while_loop for iterations > 1, which has no "
-          "reverse-mode derivative: MJX cannot give this gradient at full convergence.")
+    print("   NOTE: MJX runs iterations=1 because its solver uses lax.while_loop for iterations > 1, which has no "
+          "reverse-mode derivative:\n   MJX cannot give this gradient at full convergence (compare (c) with (e), (g), "
+          "not with (a)).")
 
     # ------------------------------------------------------------------ ratios
     g = lambda k: res.get(k, Outcome())  # noqa: E731
     print("\n   ratios (time = call s; >1 means the numerator is slower/bigger):")
     print(f"   ours grad / ours fwd:   implicit/fwd {_ratio(g('implicit'), g('fwd'), 'call_s')} (target <= 3)   "
           f"unroll/fwd {_ratio(g('unroll'), g('fwd'), 'call_s')}   "
-          f"impl@1/fwd@1 {_ratio(g('implicit1'), g('fwd1'), 'call_s')}")
+          f"impl@1/fwd@1 {_ratio(g('implicit1'), g('fwd1'), 'call_s')}   "
+          f"unroll@1/fwd@1 {_ratio(g('unroll1'), g('fwd1'), 'call_s')}")
     print(f"   implicit / unroll:      time {_ratio(g('implicit'), g('unroll'), 'call_s')}   "
           f"XLA mem {_ratio(g('implicit'), g('unroll'), 'xla_gb')}   RSS {_ratio(g('implicit'), g('unroll'), 'rss_gb')}   "
           f"compile {_ratio(g('implicit'), g('unroll'), 'compile_s')}")
-    for cfg in ("implicit", "implicit1"):
-        print(f"   ours {cfg:<9} / MJX:    time {_ratio(g(cfg), g('mjx'), 'call_s')}   "
+    for cfg in ("implicit", "implicit1", "unroll1"):
+        print(f"   {CONFIGS[cfg][0][:3]} ours {cfg:<9} / MJX: time {_ratio(g(cfg), g('mjx'), 'call_s')}   "
               f"XLA mem {_ratio(g(cfg), g('mjx'), 'xla_gb')}   RSS {_ratio(g(cfg), g('mjx'), 'rss_gb')}   "
               f"compile {_ratio(g(cfg), g('mjx'), 'compile_s')}")
 
@@ -409,6 +426,8 @@ def bench_model(args, name: str, tmp: str) -> None:
     print("\n   gradients, relative difference |g1 - g2| / |g2| per input:")
     print(f"   implicit vs unroll (full conv.):  {grad_comparison(g('implicit'), g('unroll'))}")
     print(f"   impl@1 vs MJX (iterations=1):     {grad_comparison(g('implicit1'), g('mjx'))}")
+    print(f"   unroll@1 vs MJX (iterations=1):   {grad_comparison(g('unroll1'), g('mjx'))}")
+    print(f"   impl@1 vs unroll@1:               {grad_comparison(g('implicit1'), g('unroll1'))}")
     print(f"   impl@1 vs implicit (full conv.):  {grad_comparison(g('implicit1'), g('implicit'))}")
     if name in args.fd_models:
         path = os.path.join(tmp, f"{name}_fd.json")
@@ -432,12 +451,14 @@ def main() -> None:
     parser.add_argument("--pile-steps", type=int, default=1, help="pile horizon T (default 1)")
     parser.add_argument("--batch", type=int, default=1, help="worlds per call, vmapped (default 1)")
     parser.add_argument("--iterations", type=int, default=50, help="full-convergence Newton iterations (default 50)")
+    parser.add_argument("--pile-iterations", type=int, default=10,
+                        help="full-convergence Newton iterations for the pile (default 10: converged, see resid)")
     parser.add_argument("--ls-iterations", type=int, default=20, help="full-convergence line-search iterations (default 20)")
     parser.add_argument("--tolerance", type=float, default=1e-8, help="full-convergence solver tolerance (default 1e-8)")
     parser.add_argument("--checkpoint", type=int, default=0, help="ours: rollout(..., checkpoint=k) (default 0: off)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls after the warm-up (default 5)")
     parser.add_argument("--budget", type=float, default=60.0, help="humanoid run seconds per configuration, compile excluded (default 60)")
-    parser.add_argument("--pile-budget", type=float, default=150.0, help="same for the pile (default 150)")
+    parser.add_argument("--pile-budget", type=float, default=100.0, help="same for the pile (default 100)")
     parser.add_argument("--compile-allowance", type=float, default=240.0,
                         help="a configuration is killed after 2 * budget + this many seconds (default 240)")
     avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1e9
