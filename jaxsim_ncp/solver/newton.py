@@ -10,8 +10,10 @@ Huber for friction loss, and the three-zone elliptic-cone penalty (top: 0; botto
 quadratic; middle: 1/2 D0/(mu^2 (1 + mu^2)) (N - mu T)^2). Each iteration solves
 (M + J^T H_s J) p = -grad with a Cholesky factorization and minimizes the convex,
 piecewise-smooth 1-D cost along p with safeguarded Newton steps. Iteration counts
-are static (`lax.scan`); a per-world converged mask freezes finished solves, so the
-solver vmaps.
+are static bounds and a per-world converged mask freezes finished solves, so the
+solver vmaps: with implicit gradients the loops are bounded `while_loop`s that stop
+at convergence (never differentiated); with unrolled gradients they are `scan`s of
+exactly `iterations` / `ls_iterations` steps.
 """
 
 from __future__ import annotations
@@ -235,8 +237,10 @@ def solve(
 
     With `model.opt.grad_mode == "implicit"` (default) reverse mode differentiates the
     optimality condition grad cost(qacc) = 0 at the solution (`implicit.implicit_solver`:
-    one solve with the cost Hessian M + J^T H_s J); with "unroll" it differentiates
-    through the Newton and line-search iterations.
+    one solve with the cost Hessian M + J^T H_s J), and since the iterations are not
+    differentiated they stop at convergence (at most `iterations`, as mj_solNewton);
+    with "unroll" reverse mode differentiates through exactly `iterations` masked Newton
+    steps and their line searches.
     """
     kinds = row_kinds(model)
     problem = Problem(M, qfrc_smooth, efc, friction)
@@ -248,7 +252,7 @@ def solve(
     scale = 1.0 / (opt.meaninertia * max(1, model.nv))  # MuJoCo's tolerance scaling
     minimize = functools.partial(
         _minimize, kinds=kinds, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
-        tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance,
+        tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance, early_exit=opt.grad_mode == "implicit",
     )
     if opt.grad_mode == "implicit":
         residual = functools.partial(_residual, kinds=kinds)
@@ -285,9 +289,22 @@ def _cho_solve(lower_factor, b):
 
 
 def _minimize(
-    problem: Problem, start, *, kinds: RowKinds, iterations: int, ls_iterations: int, tolerance: float, ls_tolerance: float
+    problem: Problem,
+    start,
+    *,
+    kinds: RowKinds,
+    iterations: int,
+    ls_iterations: int,
+    tolerance: float,
+    ls_tolerance: float,
+    early_exit: bool,
 ) -> tuple[Array, Array]:
-    """Newton iterations from start = (qacc0, tolerance scale); returns (qacc, iterations used)."""
+    """Newton iterations from start = (qacc0, tolerance scale); returns (qacc, iterations used).
+
+    early_exit: a bounded `while_loop` that stops at convergence (vmapped, it runs until
+    every world has converged, finished worlds frozen); otherwise a `scan` of exactly
+    `iterations` steps with a converged mask, which reverse mode can differentiate.
+    """
     qacc0, scale = start
     M, qfrc_smooth, efc, friction = problem
     cone = _cone_data(efc, friction, kinds)
@@ -300,7 +317,7 @@ def _minimize(
         gauss = (0.5 * st.qacc @ st.Ma - st.qacc @ qfrc_smooth, p @ (st.Ma - qfrc_smooth), p @ M @ p)
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone)  # noqa: E731
         start = ev(jnp.zeros((), st.qacc.dtype))
-        alpha, new_cost = _line_search(ev, start, ls_iterations, ls_tolerance)
+        alpha, new_cost = _line_search(ev, start, ls_iterations, ls_tolerance, early_exit)
         new = _state_at(st.qacc + alpha * p, problem, kinds, cone)
         improvement = scale * (start.cost - new_cost)
         gnorm = scale * jnp.sqrt(jnp.sum(new.grad**2))
@@ -311,11 +328,16 @@ def _minimize(
     st0 = _state_at(qacc0, problem, kinds, cone)
     done0 = scale * jnp.sqrt(jnp.sum(st0.grad**2)) < tolerance
     init = (st0, done0, jnp.zeros((), jnp.int32))
-    (st, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+    if early_exit:  # not differentiated (implicit mode): stop once converged, at most `iterations`
+        st, _, count = jax.lax.while_loop(
+            lambda c: ~c[1] & (c[2] < iterations), lambda c: newton_iteration(c, None)[0], init
+        )
+    else:
+        (st, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
     return st.qacc, count
 
 
-def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float):
+def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float, early_exit: bool):
     """(alpha, cost at alpha). Exact 1-D minimization of a convex piecewise-smooth cost: bracketed Newton steps.
 
     Starts at alpha = 0 (d1 < 0 along a descent direction); each step jumps to the
@@ -342,5 +364,10 @@ def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float):
 
     zero = jnp.zeros((), dtype)
     init = (zero, start, zero, jnp.asarray(jnp.inf, dtype), zero, start.cost)
-    (_, _, _, _, best, best_cost), _ = jax.lax.scan(body, init, None, length=max(1, iterations))
+    if early_exit:
+        step = lambda c: (body(c[0], None)[0], c[1] + 1)  # noqa: E731
+        unfinished = lambda c: (jnp.abs(c[0][1].d1) > gtol) & (c[1] < max(1, iterations))  # noqa: E731
+        (_, _, _, _, best, best_cost), _ = jax.lax.while_loop(unfinished, step, (init, 0))
+    else:
+        (_, _, _, _, best, best_cost), _ = jax.lax.scan(body, init, None, length=max(1, iterations))
     return best, best_cost
