@@ -26,8 +26,7 @@ X = jax.Array
 
 def _zero_cotangent(x):
     """A zero cotangent for x: zeros for floating arrays, float0 for integer and boolean ones."""
-    x = jnp.asarray(x) if not isinstance(x, (np.ndarray, jax.Array)) else x
-    if jnp.issubdtype(x.dtype, jnp.inexact):
+    if jnp.issubdtype(jnp.result_type(x), jnp.inexact):
         return jnp.zeros_like(x)
     return np.zeros(np.shape(x), dtype=jax.dtypes.float0)
 
