@@ -252,21 +252,22 @@ class Outcome:
         return self.status == "ok"
 
 
-def run_isolated(args, model_name: str, sim: str, batch: int, steps: int, out_npz: str) -> Outcome:
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", sim, "--_out", out_npz,
-           "--models", model_name, "--batch", str(batch), "--steps", str(steps), "--repeats", str(args.repeats),
-           "--seed", str(args.seed), "--budget", str(args.budget), "--max-mem-gb", str(args.max_mem_gb),
-           "--dtype", args.dtype]
-    hard = 2 * args.budget + 180  # start-up + compile (not budgeted) + run time (budgeted, may overshoot once)
+def run_child_process(cmd: list[str], hard_s: float, log_base: str, outcome, label: str) -> None:
+    """Run `cmd` (a ``--_worker`` invocation) killing it after `hard_s` seconds; fill `outcome`.
+
+    Sets the outcome's fields from the worker's ``_MSG`` lines (not its array dicts),
+    its wall_s, its peak RSS (os.wait4 returns the child's own) and, when the child
+    timed out or crashed, its status. stdout/stderr go to ``log_base + ".out"/".err"``.
+    """
     t0 = time.perf_counter()
-    with open(out_npz + ".out", "w+") as fout, open(out_npz + ".err", "w+") as ferr:
+    with open(log_base + ".out", "w+") as fout, open(log_base + ".err", "w+") as ferr:
         proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, text=True)
         timed_out = False
         while True:  # os.wait4 rather than Popen.wait: it also returns the child's own peak RSS
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid == proc.pid:
                 break
-            if time.perf_counter() - t0 > hard:
+            if time.perf_counter() - t0 > hard_s:
                 proc.kill()
                 pid, status, usage = os.wait4(proc.pid, 0)
                 timed_out = True
@@ -275,21 +276,29 @@ def run_isolated(args, model_name: str, sim: str, batch: int, steps: int, out_np
         proc.returncode = rc = os.waitstatus_to_exitcode(status)
         fout.seek(0), ferr.seek(0)
         stdout, stderr = fout.read(), ferr.read()
-    wall = time.perf_counter() - t0
-    out = Outcome(wall_s=wall)
+    outcome.wall_s = time.perf_counter() - t0
     for line in stdout.splitlines():
         if line.startswith(_MSG):
-            msg = json.loads(line[len(_MSG):])
-            for k, v in msg.items():
-                if hasattr(out, k) and k != "final":
-                    setattr(out, k, v)
-    out.rss_gb = usage.ru_maxrss / 1e6  # KiB on Linux
+            for k, v in json.loads(line[len(_MSG):]).items():
+                if hasattr(outcome, k) and not isinstance(getattr(outcome, k), dict):
+                    setattr(outcome, k, v)
+    outcome.rss_gb = usage.ru_maxrss / 1e6  # KiB on Linux
     if timed_out:
-        out.status = f"timeout >{hard:.0f}s"
+        outcome.status = f"timeout >{hard_s:.0f}s"
     elif rc != 0:
-        out.status = "killed (OOM?)" if rc == -9 else f"crashed rc={rc}"
+        outcome.status = "killed (OOM?)" if rc == -9 else f"crashed rc={rc}"
         tail = [ln for ln in stderr.splitlines() if ln.strip() and "warp" not in ln][-3:]
-        print(f"   [{sim} B={batch}] {out.status}: " + " | ".join(tail), flush=True)
+        print(f"   [{label}] {outcome.status}: " + " | ".join(tail), flush=True)
+
+
+def run_isolated(args, model_name: str, sim: str, batch: int, steps: int, out_npz: str) -> Outcome:
+    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", sim, "--_out", out_npz,
+           "--models", model_name, "--batch", str(batch), "--steps", str(steps), "--repeats", str(args.repeats),
+           "--seed", str(args.seed), "--budget", str(args.budget), "--max-mem-gb", str(args.max_mem_gb),
+           "--dtype", args.dtype]
+    hard = 2 * args.budget + 180  # start-up + compile (not budgeted) + run time (budgeted, may overshoot once)
+    out = Outcome()
+    run_child_process(cmd, hard, out_npz, out, label=f"{sim} B={batch}")
     if out.ok:
         with np.load(out_npz) as f:
             out.final = {k: f[k] for k in f.files}

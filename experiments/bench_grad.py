@@ -90,7 +90,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -100,7 +99,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_contact import _MSG, _emit, _fmt, _peak_rss_gb, describe, inputs, load_model  # noqa: E402
+from bench_contact import _emit, _fmt, _peak_rss_gb, describe, inputs, load_model, run_child_process  # noqa: E402
 
 MODELS = ("humanoid", "pile")
 # key: (label, simulator, gradient?, grad_mode, full convergence?)
@@ -283,8 +282,8 @@ class Outcome:
         return self.status.startswith("ok")
 
 
-def run_child(args, worker: str, model_name: str, steps: int, budget: float, out: str) -> tuple[Outcome, str]:
-    """Run this script as `--_worker worker` with a hard time limit; (outcome, stdout)."""
+def run_child(args, worker: str, model_name: str, steps: int, budget: float, out: str) -> Outcome:
+    """Run this script as `--_worker worker` with a hard time limit."""
     cmd = [sys.executable, os.path.abspath(__file__), "--_worker", worker, "--_out", out, "--models", model_name,
            "--steps", str(steps), "--batch", str(args.batch), "--repeats", str(args.repeats), "--budget", str(budget),
            "--max-mem-gb", str(args.max_mem_gb), "--iterations", str(args.iterations),
@@ -292,40 +291,12 @@ def run_child(args, worker: str, model_name: str, steps: int, budget: float, out
            "--ls-iterations", str(args.ls_iterations), "--tolerance", repr(args.tolerance), "--seed", str(args.seed),
            "--checkpoint", str(args.checkpoint)] + (["--x64"] if args.x64 else [])
     hard = 2 * budget + args.compile_allowance  # start-up + compile (not budgeted) + run time (budgeted)
-    t0 = time.perf_counter()
-    with open(out + ".out", "w+") as fout, open(out + ".err", "w+") as ferr:
-        proc = subprocess.Popen(cmd, stdout=fout, stderr=ferr, text=True)
-        timed_out = False
-        while True:  # os.wait4 rather than Popen.wait: it also returns the child's own peak RSS
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid == proc.pid:
-                break
-            if time.perf_counter() - t0 > hard:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                timed_out = True
-                break
-            time.sleep(0.2)
-        proc.returncode = rc = os.waitstatus_to_exitcode(status)
-        fout.seek(0), ferr.seek(0)
-        stdout, stderr = fout.read(), ferr.read()
-    res = Outcome(wall_s=time.perf_counter() - t0)
-    for line in stdout.splitlines():
-        if line.startswith(_MSG):
-            for k, v in json.loads(line[len(_MSG):]).items():
-                if hasattr(res, k) and k != "arrays":
-                    setattr(res, k, v)
-    res.rss_gb = usage.ru_maxrss / 1e6  # KiB on Linux
-    if timed_out:
-        res.status = f"timeout >{hard:.0f}s"
-    elif rc != 0:
-        res.status = "killed (OOM?)" if rc == -9 else f"crashed rc={rc}"
-        tail = [ln for ln in stderr.splitlines() if ln.strip() and "warp" not in ln][-3:]
-        print(f"   [{worker}] {res.status}: " + " | ".join(tail), flush=True)
+    res = Outcome()
+    run_child_process(cmd, hard, out, res, label=worker)
     if res.ok and worker in CONFIGS:
         with np.load(out) as fh:
             res.arrays = {k: fh[k] for k in fh.files}
-    return res, stdout
+    return res
 
 
 def _ratio(a: Outcome, b: Outcome, attr: str) -> str:
@@ -377,7 +348,7 @@ def bench_model(args, name: str, tmp: str) -> None:
         if reason:
             out = Outcome(status=reason)
         else:
-            out, _ = run_child(args, cfg, name, steps, budget, os.path.join(tmp, f"{name}_{cfg}.npz"))
+            out = run_child(args, cfg, name, steps, budget, os.path.join(tmp, f"{name}_{cfg}.npz"))
         res[cfg] = out
         print(f"   {label:<38} {out.status:<22} compile {_fmt(out.compile_s, '.1f')}s  call {_fmt(out.call_s, '.3f')}s "
               f"x{out.n_timed}  XLA {_fmt(out.xla_gb, '.3f')} GB  RSS {_fmt(out.rss_gb, '.2f')} GB  "
@@ -431,7 +402,7 @@ def bench_model(args, name: str, tmp: str) -> None:
     print(f"   impl@1 vs implicit (full conv.):  {grad_comparison(g('implicit1'), g('implicit'))}")
     if name in args.fd_models:
         path = os.path.join(tmp, f"{name}_fd.json")
-        out, _ = run_child(args, "fd", name, steps, budget, path)
+        out = run_child(args, "fd", name, steps, budget, path)
         if out.status.startswith("crashed") or out.status.startswith("timeout") or out.status.startswith("killed"):
             print(f"   finite differences (float64): {out.status}")
         else:
