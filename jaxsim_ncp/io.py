@@ -382,9 +382,14 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
             if types not in FUNCTIONS:
                 n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
                 names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                why = (
+                    " (MuJoCo 4 builds a 2-4 point contact manifold for it that jaxsim_ncp does not reproduce yet)"
+                    if mujoco.mjtGeom.mjGEOM_CYLINDER in types
+                    else ""
+                )
                 raise UnsupportedFeatureError(
                     f"collision between a {n1} and a {n2} (geoms {names[0]!r} and {names[1]!r}, geom/type) is "
-                    "not supported yet; set their contype/conaffinity so they cannot collide"
+                    f"not supported yet{why}; set their contype/conaffinity so they cannot collide"
                 )
             by_types.setdefault(types, []).append((g1, g2, pid))
         for types, items in sorted(by_types.items()):

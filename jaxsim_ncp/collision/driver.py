@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..types import Contact, Data, Model, PairGroup, empty_contact
-from . import box, primitives
+from . import box, convex, primitives
 from .base import GeomFrame
 
 # (type1, type2) -> (narrow-phase function, contact slots per pair), type1 <= type2
-FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS}
+FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS}
 
 _MINVAL = 1e-15  # mjMINVAL
 _MINMU = 1e-5  # mjMINMU: contact friction is clamped below by this

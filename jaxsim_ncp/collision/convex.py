@@ -1,0 +1,462 @@
+"""General convex narrow phase: the ellipsoid pairs MuJoCo sends to mjc_Convex (GJK + EPA).
+
+Sphere-, capsule-, ellipsoid-, cylinder- and box-ellipsoid. MuJoCo returns one contact
+for them (multiccd off): the minimum-translation direction n between the two shapes (pointing
+from g1 to g2), the signed distance d along it (negative in penetration) and the
+midpoint of the two witness points. With the support functions h_1, h_2,
+
+    d = max_{|n| = 1}  s(n),     s(n) = -h_1(n) - h_2(-n),                          (1)
+
+and the witnesses a (on g1) and b (on g2) satisfy b - a = d n. The contact exists when
+d < margin (MuJoCo inflates both shapes by margin/2, which moves neither n nor the
+midpoint).
+
+Three stages:
+
+1. GJK (Gilbert-Johnson-Keerthi) on the Minkowski difference K = A - B with MuJoCo's
+   core trick (spheres shrink to their centre, capsules to their segment; the radii are
+   added back). It returns the distance and witnesses when the cores are apart, or a
+   tetrahedron of K that contains the origin.
+2. EPA (expanding polytope) from that tetrahedron when the shapes penetrate.
+3. A Newton solve of the optimality conditions of (1). It starts from the GJK/EPA
+   answer and uses each shape's exact support function, in which boxes, cylinders and
+   capsules have kinks (faces, edges, caps, the capsule side). Where the witness lies
+   on such a feature, the subgradient coordinate sigma of that kink is an unknown and
+   the kink equation (n . axis = 0) is a constraint. The system is, with n(u, v) =
+   normalize(n0 + u t1 + v t2),
+
+       t_i . (a(n, sigma) - b(n, sigma)) = 0   (i = 1, 2),    n . axis_k = 0  (active kinks).
+
+Stages 1-2 are discrete searches run in bounded `while_loop`s on stop-gradient inputs.
+Stage 3 ends with one differentiable Newton step from the converged point: at a root,
+its derivative is the implicit-function derivative of (n, d, pos). The gradients are
+therefore exact where the contact is unique. Where it is not (two parallel flat faces,
+where MuJoCo's EPA picks some point of the patch), the damped Newton step keeps EPA's
+witness. Our answer is converged to round-off; MuJoCo's is within its `ccd_tolerance`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float
+
+from ..math import make_frame, safe_norm
+from .base import Collision, GeomFrame
+
+SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = 2, 3, 4, 5, 6
+MINVAL = 1e-15  # mjMINVAL
+
+GJK_ITERATIONS = 64
+EPA_ITERATIONS = 48
+NEWTON_ITERATIONS = 6  # the last one differentiable
+EPA_FACES = 2 * EPA_ITERATIONS + 4  # a closed convex triangulation of V vertices has 2V - 4 faces
+KINK_TOLERANCE = 1e-6  # |sigma| < 1 - this: the witness is inside a face / edge / side (relative)
+
+# the 15 non-empty subsets of a 4-point simplex, as masks
+_SUBSETS = np.array([[(s >> i) & 1 for i in range(4)] for s in range(1, 16)], dtype=bool)
+
+
+# ------------------------------------------------------------------------- shapes
+
+
+def _radius(kind: int, size) -> Float[Array, ""]:
+    """Radius MuJoCo's GJK removes from the shape (sphere and capsule) and adds back."""
+    return size[0] if kind in (SPHERE, CAPSULE) else jnp.zeros((), size.dtype)
+
+
+def _core_support(kind: int, g: GeomFrame, d: Float[Array, "3"]) -> Float[Array, "3"]:
+    """Support point of the core (sphere: centre, capsule: segment) or of the whole shape.
+
+    Ties are broken as in MuJoCo's support functions (engine_collision_convex.c).
+    """
+    m = g.mat.T @ d
+    s = g.size
+    if kind == SPHERE:
+        local = jnp.zeros(3, d.dtype)
+    elif kind == CAPSULE:
+        local = jnp.array([0.0, 0.0, 1.0], d.dtype) * jnp.where(m[2] >= 0, s[1], -s[1])
+    elif kind == ELLIPSOID:
+        sm = s * m
+        local = s * sm / jnp.maximum(safe_norm(sm), MINVAL)
+    elif kind == CYLINDER:
+        n2 = m[0] ** 2 + m[1] ** 2
+        ok = n2 >= MINVAL**2
+        scl = jnp.where(ok, s[0] / jnp.sqrt(jnp.where(ok, n2, 1.0)), 0.0)
+        local = jnp.array([scl * m[0], scl * m[1], jnp.where(m[2] >= 0, s[1], -s[1])])
+    elif kind == BOX:
+        local = jnp.where(m >= 0, s, -s)
+    else:
+        raise ValueError(kind)
+    return g.pos + g.mat @ local
+
+
+class _Pair(NamedTuple):
+    """K = A - B: support(n) returns (w, a, b) with a = s_A(n), b = s_B(-n), w = a - b."""
+
+    support: Callable
+
+
+def _pair_support(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, core: bool) -> Callable:
+    r1, r2 = (0.0, 0.0) if core else (_radius(k1, g1.size), _radius(k2, g2.size))
+
+    def support(n):
+        a = _core_support(k1, g1, n) + r1 * n
+        b = _core_support(k2, g2, -n) - r2 * n
+        return a - b, a, b
+
+    return support
+
+
+# ----------------------------------------------------------------------------- GJK
+
+
+def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
+    """Barycentric coordinates of the point of conv(w[mask]) closest to the origin.
+
+    Brute force over the sub-simplices: the closest point is the projection of the origin
+    onto the affine hull of the sub-simplex whose projection has all-positive coordinates
+    and the smallest norm (every such projection lies in the hull).
+    """
+    subsets = jnp.asarray(_SUBSETS)
+
+    def project(sub):
+        gram = w @ w.T
+        both = sub[:, None] & sub[None, :]
+        kkt = jnp.zeros((5, 5), w.dtype)
+        kkt = kkt.at[:4, :4].set(jnp.where(both, gram, jnp.eye(4, dtype=w.dtype)))
+        kkt = kkt.at[:4, 4].set(sub.astype(w.dtype)).at[4, :4].set(sub.astype(w.dtype))
+        rhs = jnp.zeros(5, w.dtype).at[4].set(1.0)
+        lam = jnp.linalg.solve(kkt, rhs)[:4]
+        lam = jnp.where(sub, lam, 0.0)
+        ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & jnp.all(jnp.isfinite(lam))
+        dist2 = jnp.sum((lam @ w) ** 2)
+        return lam, jnp.where(ok, dist2, jnp.inf)
+
+    lams, dist2 = jax.vmap(project)(subsets)
+    best = jnp.argmin(dist2)
+    found = jnp.isfinite(dist2[best])
+    # fall back to the newest single point if every solve failed (never in practice)
+    lam = jnp.where(found, lams[best], jnp.where(mask, 1.0, 0.0) / jnp.maximum(jnp.sum(mask), 1))
+    return lam
+
+
+class _Simplex(NamedTuple):
+    w: Float[Array, "4 3"]
+    a: Float[Array, "4 3"]
+    b: Float[Array, "4 3"]
+    lam: Float[Array, " 4"]
+
+
+def _gjk(support: Callable, n0: Float[Array, "3"], tol: Float[Array, ""]):
+    """GJK distance (Frank-Wolfe gap stopping rule, as mjc_ccd's gjk).
+
+    Returns (simplex, x, inside): x = sum lam w is the point of K closest to the origin;
+    inside means the simplex is a tetrahedron containing the origin.
+    """
+    w0, a0, b0 = support(n0)
+    zeros = jnp.zeros((4, 3), n0.dtype)
+    simplex = _Simplex(zeros.at[0].set(w0), zeros.at[0].set(a0), zeros.at[0].set(b0), jnp.zeros(4, n0.dtype).at[0].set(1.0))
+
+    def cond(state):
+        k, _, done = state
+        return (k < GJK_ITERATIONS) & ~done
+
+    def body(state):
+        k, sx, _ = state
+        x = sx.lam @ sx.w
+        xnorm = safe_norm(x)
+        n = -x / jnp.maximum(xnorm, MINVAL)
+        w, a, b = support(n)
+        gap = jnp.dot(x, x - w)  # Frank-Wolfe duality gap
+        converged = (gap <= tol * jnp.maximum(xnorm, tol)) | (xnorm <= tol * 1e-3)
+        mask = sx.lam > 0
+        slot = jnp.argmin(mask)  # first free slot (a non-inside simplex has at most 3 points)
+        new = _Simplex(sx.w.at[slot].set(w), sx.a.at[slot].set(a), sx.b.at[slot].set(b), sx.lam)
+        new_mask = mask.at[slot].set(True)
+        lam = _closest_on_simplex(new.w, new_mask)
+        new = new._replace(lam=lam)
+        no_progress = safe_norm(lam @ new.w) >= xnorm
+        keep = converged | no_progress
+        sx = jax.tree.map(lambda old, upd: jnp.where(keep, old, upd), sx, new)
+        inside = jnp.all(sx.lam > 0)
+        return k + 1, sx, converged | no_progress | inside
+
+    _, simplex, _ = jax.lax.while_loop(cond, body, (0, simplex, jnp.array(False)))
+    return simplex, simplex.lam @ simplex.w, jnp.all(simplex.lam > 0)
+
+
+# ----------------------------------------------------------------------------- EPA
+
+
+def _face_plane(v: Float[Array, "3 3"]):
+    normal = jnp.cross(v[1] - v[0], v[2] - v[0])
+    norm = safe_norm(normal)
+    ok = norm > MINVAL
+    normal = normal / jnp.where(ok, norm, 1.0)
+    return normal, jnp.where(ok, jnp.dot(normal, v[0]), jnp.inf)
+
+
+def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[Array, ""]):
+    """Expanding polytope from a tetrahedron containing the origin (penetration depth).
+
+    Returns (normal, depth, a, b): the face of the polytope closest to the origin, its
+    distance and the witnesses at the origin's projection onto it.
+    """
+    dtype = simplex.w.dtype
+    nv = 4 + EPA_ITERATIONS
+    verts = jnp.zeros((nv, 3, 3), dtype).at[:4].set(jnp.stack([simplex.w, simplex.a, simplex.b], axis=1))
+    # initial tetrahedron faces, oriented outwards (away from the fourth vertex)
+    tet = np.array([[0, 1, 2, 3], [0, 3, 1, 2], [0, 2, 3, 1], [1, 3, 2, 0]])
+    w4 = simplex.w
+
+    def orient(f):
+        n = jnp.cross(w4[f[1]] - w4[f[0]], w4[f[2]] - w4[f[0]])
+        flip = jnp.dot(n, w4[f[3]] - w4[f[0]]) > 0
+        return jnp.where(flip, jnp.stack([f[0], f[2], f[1]]), f[:3])
+
+    faces = jnp.zeros((EPA_FACES, 3), jnp.int32).at[:4].set(jax.vmap(orient)(jnp.asarray(tet, jnp.int32)))
+    valid = jnp.zeros(EPA_FACES, bool).at[:4].set(True)
+
+    normals, dists = jax.vmap(lambda f: _face_plane(verts[f, 0]))(faces)
+
+    def closest(valid, dists):
+        return jnp.argmin(jnp.where(valid, dists, jnp.inf))
+
+    def cond(state):
+        k, _, _, _, _, _, done = state
+        return (k < EPA_ITERATIONS) & ~done
+
+    def body(state):
+        k, verts, faces, valid, normals, dists, _ = state
+        f = closest(valid, dists)
+        n = normals[f]
+        w, a, b = support(n)
+        converged = jnp.dot(w, n) - dists[f] <= tol
+        idx = 4 + k
+        verts_new = verts.at[idx].set(jnp.stack([w, a, b]))
+        visible = valid & (jnp.einsum("fi,i->f", normals, w) - dists > tol * 1e-3)
+        # directed edges (i -> j) of every face; an edge of a visible face is on the horizon
+        # when its reverse belongs to a valid face that is not visible
+        edges = jnp.stack([faces[:, [0, 1]], faces[:, [1, 2]], faces[:, [2, 0]]], axis=1).reshape(-1, 2)
+        owner_vis = jnp.repeat(visible, 3)
+        owner_keep = jnp.repeat(valid & ~visible, 3)
+        reverse_hit = (edges[:, None, 0] == edges[None, :, 1]) & (edges[:, None, 1] == edges[None, :, 0])
+        horizon = owner_vis & jnp.any(reverse_hit & owner_keep[None, :], axis=1)
+        free = ~valid | visible
+        n_new = jnp.sum(horizon)
+        fits = n_new <= jnp.sum(free)
+        hrank = jnp.cumsum(horizon) - 1
+        frank = jnp.cumsum(free) - 1
+        take = free & (frank < n_new)
+        pick = (hrank[None, :] == frank[:, None]) & horizon[None, :]  # (faces, edges)
+        src = jnp.argmax(pick, axis=1)
+        new_faces = jnp.concatenate([edges[src], jnp.full((EPA_FACES, 1), idx, jnp.int32)], axis=1)
+        faces_new = jnp.where(take[:, None], new_faces, faces)
+        valid_new = (valid & ~visible) | take
+        normals_new, dists_new = jax.vmap(lambda fc: _face_plane(verts_new[fc, 0]))(faces_new)
+        stop = converged | ~fits | (n_new < 3)
+        keep = lambda old, upd: jnp.where(stop, old, upd)  # noqa: E731
+        return (k + 1, keep(verts, verts_new), keep(faces, faces_new), keep(valid, valid_new),
+                keep(normals, normals_new), keep(dists, dists_new), stop)
+
+    state = (jnp.int32(0), verts, faces, valid, normals, dists, ~run)
+    _, verts, faces, valid, normals, dists, _ = jax.lax.while_loop(cond, body, state)
+    f = closest(valid, dists)
+    n, depth = normals[f], dists[f]
+    tri = verts[faces[f]]  # (3 vertices, (w, a, b), 3)
+    lam = _closest_on_simplex(jnp.concatenate([tri[:, 0], tri[:1, 0]]), jnp.array([True, True, True, False]))[:3]
+    return n, depth, lam @ tri[:, 1], lam @ tri[:, 2]
+
+
+# ------------------------------------------------------------------ Newton polish
+
+
+def _kink_axes(kind: int) -> np.ndarray:
+    """Which local axes k carry a kink sigma_k (box: 3, cylinder: 3 (cap x, y; side z), capsule: z)."""
+    return {SPHERE: [0, 0, 0], CAPSULE: [0, 0, 1], ELLIPSOID: [0, 0, 0], CYLINDER: [1, 1, 1], BOX: [1, 1, 1]}[kind]
+
+
+def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], radius_dir: Float[Array, "3"]):
+    """(sigma0, active): the witness's subgradient coordinates and which kinks it sits in."""
+    s = g.size
+    local = jnp.linalg.solve(g.mat, witness - g.pos - radius_dir)  # inverse of the support's map
+    inside = 1.0 - KINK_TOLERANCE
+    if kind == CAPSULE:
+        sigma = jnp.array([0.0, 0.0, local[2] / s[1]])
+        return sigma, jnp.array([False, False, jnp.abs(sigma[2]) < inside])
+    if kind == CYLINDER:
+        radial = jnp.array([local[0], local[1]]) / s[0]
+        cap = safe_norm(radial) < inside
+        side = jnp.abs(local[2] / s[1]) < inside
+        side = side & ~cap  # on the surface one of them is at its bound
+        return jnp.array([radial[0], radial[1], local[2] / s[1]]), jnp.array([cap, cap, side])
+    if kind == BOX:
+        sigma = local / s
+        return sigma, jnp.abs(sigma) < inside
+    return jnp.zeros(3, witness.dtype), jnp.zeros(3, bool)
+
+
+def _witness(kind: int, g: GeomFrame, d: Float[Array, "3"], sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
+    """Support point in unit direction d with active kinks at their subgradient sigma.
+
+    This is grad h(d) of the shape's support function h, with the kink terms
+    s_k |m_k| (m = R^T d) replaced by s_k sigma_k e_k where they are active.
+    """
+    m = g.mat.T @ d
+    s = g.size
+    r = _radius(kind, s)
+    if kind == SPHERE:
+        local = jnp.zeros(3, d.dtype)
+    elif kind == CAPSULE:
+        z = jnp.where(active[2], sigma[2], jnp.sign(m[2])) * s[1]
+        local = jnp.array([0.0, 0.0, 1.0], d.dtype) * z
+    elif kind == ELLIPSOID:
+        sm = s * m
+        local = s * sm / jnp.maximum(safe_norm(sm), MINVAL)
+    elif kind == CYLINDER:
+        mperp = jnp.array([m[0], m[1]])
+        norm = jnp.maximum(safe_norm(mperp), MINVAL)
+        radial = jnp.where(active[0], jnp.array([sigma[0], sigma[1]]), mperp / norm) * s[0]
+        z = jnp.where(active[2], sigma[2], jnp.sign(m[2])) * s[1]
+        local = jnp.array([radial[0], radial[1], z])
+    elif kind == BOX:
+        local = jnp.where(active, sigma, jnp.sign(m)) * s
+    else:
+        raise ValueError(kind)
+    return g.pos + r * d + g.mat @ local
+
+
+def _kink_residual(kind: int, g: GeomFrame, d, sigma, active):
+    """Equations of the kinks: m_k = 0 where active (m = R^T d), sigma_k (pinned at 0) elsewhere."""
+    m = g.mat.T @ d
+    return jnp.where(active, m, sigma)
+
+
+def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
+    """Newton on the optimality conditions of (1) from (n0, a0, b0); returns (n, a, b).
+
+    Unknowns x = (u, v, sigma_1, sigma_2) with n = normalize(n0 + u t1 + v t2). The last
+    step is taken on the differentiable inputs (see the module docstring).
+    """
+    r1, r2 = _radius(k1, g1.size), _radius(k2, g2.size)
+    g1s, g2s = jax.lax.stop_gradient((g1, g2))
+
+    def solve(n0, a0, b0, g1, g2):
+        frame = make_frame(n0)
+        t1, t2 = frame[1], frame[2]
+        sig1, act1 = _active_kinks(k1, g1s, a0, r1 * n0)
+        sig2, act2 = _active_kinks(k2, g2s, b0, -r2 * n0)
+
+        def direction(x):
+            n = n0 + x[0] * t1 + x[1] * t2
+            return n / safe_norm(n)
+
+        def residual(x, g1, g2):
+            n = direction(x)
+            a = _witness(k1, g1, n, x[2:5], act1)
+            b = _witness(k2, g2, -n, x[5:8], act2)
+            gap = a - b
+            gap_t = gap - n * jnp.dot(n, gap)  # must vanish: b - a = d n
+            tangential = jnp.stack([jnp.dot(t1, gap_t), jnp.dot(t2, gap_t)]) / scale
+            kinks = (_kink_residual(k1, g1, n, x[2:5], act1), _kink_residual(k2, g2, -n, x[5:8], act2))
+            return jnp.concatenate([tangential, *kinks])
+
+        def step(x, g1, g2):
+            r = residual(x, g1, g2)
+            jac = jax.lax.stop_gradient(jax.jacfwd(residual)(x, g1, g2))
+            # damped least squares: exact Newton where the solution is unique, minimal change
+            # (keeping EPA's witness) where it is not (parallel faces)
+            mu = 1e-12 * (1.0 + jnp.trace(jac.T @ jac))
+            dx = jnp.linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
+            return x - dx
+
+        x = jnp.zeros(8, n0.dtype).at[2:5].set(jnp.where(act1, sig1, 0.0)).at[5:8].set(jnp.where(act2, sig2, 0.0))
+        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - 1, lambda _, x: step(x, g1s, g2s), x)
+        x = step(jax.lax.stop_gradient(x), g1, g2)
+        n = direction(x)
+        return n, _witness(k1, g1, n, x[2:5], act1), _witness(k2, g2, -n, x[5:8], act2)
+
+    # pass 1 settles the witnesses, pass 2 re-reads which kinks they sit in (EPA's witness
+    # can be off a feature boundary by its tolerance) and gives the derivative
+    n, a, b = jax.lax.stop_gradient(solve(n0, a0, b0, g1s, g2s))
+    return solve(n, a, b, g1, g2)
+
+
+# ------------------------------------------------------------------------- driver
+
+
+def _bound(kind: int, size) -> Float[Array, ""]:
+    """A length scale of the shape (MuJoCo's rbound for these types)."""
+    if kind == SPHERE:
+        return size[0]
+    if kind == CAPSULE:
+        return size[0] + size[1]
+    if kind == CYLINDER:
+        return jnp.sqrt(size[0] ** 2 + size[1] ** 2)
+    return safe_norm(size)
+
+
+def convex_contact(k1: int, k2: int) -> Callable:
+    """Narrow-phase function (base contract, one slot) for geom types k1 <= k2."""
+
+    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision:
+        dtype = g1.pos.dtype
+        eps = jnp.finfo(dtype).eps
+        gs1, gs2 = jax.lax.stop_gradient((g1, g2))
+        scale = jax.lax.stop_gradient(_bound(k1, g1.size) + _bound(k2, g2.size))
+        tol = scale * jnp.sqrt(eps) * 1e-2  # GJK / EPA stopping tolerance (length)
+        centre = gs2.pos - gs1.pos
+        n_init = jnp.where(safe_norm(centre) > MINVAL, centre, jnp.array([1.0, 0.0, 0.0], dtype))
+        n_init = n_init / safe_norm(n_init)
+
+        # 1. GJK on the cores (sphere -> centre, capsule -> segment)
+        core = _pair_support(k1, gs1, k2, gs2, core=True)
+        sx, x, _ = _gjk(core, n_init, tol)
+        dist_core = safe_norm(x)
+        apart = dist_core > tol
+        n_core = -x / jnp.maximum(dist_core, MINVAL)
+        r1, r2 = _radius(k1, gs1.size), _radius(k2, gs2.size)
+        a_core = sx.lam @ sx.a + r1 * n_core
+        b_core = sx.lam @ sx.b - r2 * n_core
+
+        # 2. GJK on the whole shapes when the cores touch, then EPA
+        rounded = k1 in (SPHERE, CAPSULE) or k2 in (SPHERE, CAPSULE)
+        full = _pair_support(k1, gs1, k2, gs2, core=False)
+        if rounded:
+            sx, x, inside = _gjk(full, n_init, tol)
+        else:
+            inside = jnp.all(sx.lam > 0)
+        n_epa, _, a_epa, b_epa = _epa(full, sx, tol, ~apart & inside)
+        xnorm = safe_norm(x)
+        n_touch = jnp.where(xnorm > MINVAL, -x / jnp.maximum(xnorm, MINVAL), n_init)
+        n0 = jnp.where(apart, n_core, jnp.where(inside, n_epa, n_touch))
+        a0 = jnp.where(apart, a_core, jnp.where(inside, a_epa, sx.lam @ sx.a))
+        b0 = jnp.where(apart, b_core, jnp.where(inside, b_epa, sx.lam @ sx.b))
+
+        # 3. Newton polish, differentiable
+        n, a, b = _polish(k1, g1, k2, g2, n0, a0, b0, scale)
+        dist = jnp.dot(n, b - a)
+        pos = 0.5 * (a + b)
+        return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=(dist < margin)[None])
+
+    fn.__name__ = f"convex_{k1}_{k2}"
+    return fn
+
+
+# MuJoCo 4 sends capsule-cylinder, cylinder-cylinder and cylinder-box to mjc_Convex too,
+# but builds 2-4 point manifolds for them (a cylinder standing or lying on a box face);
+# a single minimum-translation contact would silently differ there, so they stay
+# unsupported (io raises UnsupportedFeatureError naming them).
+PAIRS = [
+    (SPHERE, ELLIPSOID),
+    (CAPSULE, ELLIPSOID),
+    (ELLIPSOID, ELLIPSOID),
+    (ELLIPSOID, CYLINDER),
+    (ELLIPSOID, BOX),
+]
+
+FUNCTIONS: dict[tuple[int, int], tuple[Callable, int]] = {pair: (convex_contact(*pair), 1) for pair in PAIRS}
