@@ -43,6 +43,19 @@ SCENES = {
         ),
         None,
     ),
+    "ellipsoids": (  # general convex pairs (GJK/EPA in MuJoCo), MuJoCo run at a tight ccd_tolerance
+        _scene(
+            '<geom type="box" pos="1 0 .1" size=".2 .2 .1"/><geom type="cylinder" pos="-1 0 .1" size=".15 .1" contype="2" conaffinity="2"/>'
+            + _free("e1", "1 0 .2595", "1 0 0 0", '<geom type="ellipsoid" size=".1 .08 .06"/>')
+            + _free("e2", "0 0 .0495", ".995 0 0 .0998", '<geom type="ellipsoid" size=".1 .07 .05"/>')
+            + _free("e3", "-1 0 .2495", "1 0 0 0", '<geom type="ellipsoid" size=".08 .06 .05" condim="4" contype="3" conaffinity="3"/>')
+            + _free("e4", "-1 .01 .339", "1 0 0 0", '<geom type="ellipsoid" size=".05 .05 .04"/>')
+            + _free("e5", ".5 0 .0295", "1 0 0 0", '<geom type="ellipsoid" size=".12 .08 .03"/>')
+            + _free("c5", ".5 0 .089", ".7071 .7071 0 0", '<geom type="capsule" size=".03 .1"/>'),
+            option='ccd_tolerance="1e-13" ccd_iterations="500"',
+        ),
+        None,
+    ),
     "chain_limits": (
         """<mujoco><option timestep="0.005"/><worldbody>
         <body pos="0 0 1"><joint type="hinge" axis="0 1 0" range="-30 30" frictionloss=".2"/>
