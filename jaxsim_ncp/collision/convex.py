@@ -94,13 +94,8 @@ def _core_support(kind: int, g: GeomFrame, d: Float[Array, "3"]) -> Float[Array,
     return g.pos + g.mat @ local
 
 
-class _Pair(NamedTuple):
-    """K = A - B: support(n) returns (w, a, b) with a = s_A(n), b = s_B(-n), w = a - b."""
-
-    support: Callable
-
-
 def _pair_support(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, core: bool) -> Callable:
+    """Support of K = A - B: n -> (w, a, b) with a = s_A(n), b = s_B(-n), w = a - b."""
     r1, r2 = (0.0, 0.0) if core else (_radius(k1, g1.size), _radius(k2, g2.size))
 
     def support(n):
@@ -133,13 +128,16 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
         lam = jnp.linalg.solve(kkt, rhs)[:4]
         lam = jnp.where(sub, lam, 0.0)
         ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & jnp.all(jnp.isfinite(lam))
-        dist2 = jnp.sum((lam @ w) ** 2)
+        # a tetrahedron with all-positive coordinates contains the origin: distance 0 exactly
+        # (its round-off must not lose against a face that passes through the origin)
+        dist2 = jnp.where(jnp.sum(sub) == 4, 0.0, jnp.sum((lam @ w) ** 2))
         return lam, jnp.where(ok, dist2, jnp.inf)
 
     lams, dist2 = jax.vmap(project)(subsets)
-    best = jnp.argmin(dist2)
+    best = jnp.argmin(dist2[::-1])
+    best = len(_SUBSETS) - 1 - best  # ties go to the larger subset (the full one is last)
     found = jnp.isfinite(dist2[best])
-    # fall back to the newest single point if every solve failed (never in practice)
+    # every solve failed (never seen): fall back to the centroid of the simplex
     lam = jnp.where(found, lams[best], jnp.where(mask, 1.0, 0.0) / jnp.maximum(jnp.sum(mask), 1))
     return lam
 
@@ -187,6 +185,25 @@ def _gjk(support: Callable, n0: Float[Array, "3"], tol: Float[Array, ""]):
 
     _, simplex, _ = jax.lax.while_loop(cond, body, (0, simplex, jnp.array(False)))
     return simplex, simplex.lam @ simplex.w, jnp.all(simplex.lam > 0)
+
+
+def _complete_tetrahedron(support: Callable, sx: _Simplex) -> _Simplex:
+    """Tetrahedron for EPA when GJK stopped on a segment or triangle through the origin
+    (touching within its tolerance): a segment gets a third point off its line, then the
+    triangle the support point on the far side of its plane."""
+    order = jnp.argsort(~(sx.lam > 0))  # the active slots first
+    sx = jax.tree.map(lambda a: a[order], sx)
+    edge = sx.w[1] - sx.w[0]
+    perp = jnp.cross(edge, jnp.eye(3, dtype=edge.dtype)[jnp.argmin(jnp.abs(edge))])
+    third = support(perp / jnp.maximum(safe_norm(perp), MINVAL))
+    segment = jnp.sum(sx.lam > 0) == 2
+    sx = _Simplex(*(jnp.where(segment, a.at[2].set(t), a) for a, t in zip(sx[:3], third)), sx.lam)
+    normal = jnp.cross(sx.w[1] - sx.w[0], sx.w[2] - sx.w[0])
+    normal = normal / jnp.maximum(safe_norm(normal), MINVAL)
+    up, down = support(normal), support(-normal)
+    use_up = jnp.dot(up[0], normal) >= -jnp.dot(down[0], normal)
+    apex = jax.tree.map(lambda u, d: jnp.where(use_up, u, d), up, down)
+    return _Simplex(sx.w.at[3].set(apex[0]), sx.a.at[3].set(apex[1]), sx.b.at[3].set(apex[2]), jnp.full(4, 0.25, sx.w.dtype))
 
 
 # ----------------------------------------------------------------------------- EPA
@@ -273,11 +290,6 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
 
 
 # ------------------------------------------------------------------ Newton polish
-
-
-def _kink_axes(kind: int) -> np.ndarray:
-    """Which local axes k carry a kink sigma_k (box: 3, cylinder: 3 (cap x, y; side z), capsule: z)."""
-    return {SPHERE: [0, 0, 0], CAPSULE: [0, 0, 1], ELLIPSOID: [0, 0, 0], CYLINDER: [1, 1, 1], BOX: [1, 1, 1]}[kind]
 
 
 def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], radius_dir: Float[Array, "3"]):
@@ -415,9 +427,9 @@ def convex_contact(k1: int, k2: int) -> Callable:
 
         # 1. GJK on the cores (sphere -> centre, capsule -> segment)
         core = _pair_support(k1, gs1, k2, gs2, core=True)
-        sx, x, _ = _gjk(core, n_init, tol)
+        sx, x, core_inside = _gjk(core, n_init, tol)
         dist_core = safe_norm(x)
-        apart = dist_core > tol
+        apart = ~core_inside & (dist_core > tol)  # inside: x is 0 up to round-off
         n_core = -x / jnp.maximum(dist_core, MINVAL)
         r1, r2 = _radius(k1, gs1.size), _radius(k2, gs2.size)
         a_core = sx.lam @ sx.a + r1 * n_core
@@ -430,6 +442,9 @@ def convex_contact(k1: int, k2: int) -> Callable:
             sx, x, inside = _gjk(full, n_init, tol)
         else:
             inside = jnp.all(sx.lam > 0)
+        on_triangle = ~inside & (jnp.sum(sx.lam > 0) >= 2) & (safe_norm(x) <= tol)
+        sx = jax.tree.map(lambda t, s: jnp.where(on_triangle, t, s), _complete_tetrahedron(full, sx), sx)
+        inside = inside | on_triangle
         n_epa, _, a_epa, b_epa = _epa(full, sx, tol, ~apart & inside)
         xnorm = safe_norm(x)
         n_touch = jnp.where(xnorm > MINVAL, -x / jnp.maximum(xnorm, MINVAL), n_init)
@@ -437,10 +452,17 @@ def convex_contact(k1: int, k2: int) -> Callable:
         a0 = jnp.where(apart, a_core, jnp.where(inside, a_epa, sx.lam @ sx.a))
         b0 = jnp.where(apart, b_core, jnp.where(inside, b_epa, sx.lam @ sx.b))
 
-        # 3. Newton polish, differentiable
+        # 3. Newton polish, differentiable. It converges to the stationary point nearest the
+        # start; should that be worse than the start (a saddle of (1)), keep the start
+        # (then only dist is differentiable: by the envelope theorem at fixed n0)
         n, a, b = _polish(k1, g1, k2, g2, n0, a0, b0, scale)
         dist = jnp.dot(n, b - a)
-        pos = 0.5 * (a + b)
+        _, a_start, b_start = _pair_support(k1, g1, k2, g2, core=False)(n0)
+        dist_start = jnp.dot(n0, b_start - a_start)
+        worse = dist < dist_start - 10 * tol
+        n = jnp.where(worse, n0, n)
+        dist = jnp.where(worse, dist_start, dist)
+        pos = 0.5 * jnp.where(worse, a_start + b_start, a + b)
         return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=(dist < margin)[None])
 
     fn.__name__ = f"convex_{k1}_{k2}"
