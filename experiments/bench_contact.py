@@ -245,11 +245,11 @@ class Outcome:
     xla_gb: float = float("nan")
     rss_gb: float = float("nan")
     wall_s: float = float("nan")
-    final: dict[str, np.ndarray] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # the worker's npz (final state, gradients)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status.startswith("ok")
 
 
 def run_child_process(cmd: list[str], hard_s: float, log_base: str, outcome, label: str) -> None:
@@ -301,7 +301,7 @@ def run_isolated(args, model_name: str, sim: str, batch: int, steps: int, out_np
     run_child_process(cmd, hard, out_npz, out, label=f"{sim} B={batch}")
     if out.ok:
         with np.load(out_npz) as f:
-            out.final = {k: f[k] for k in f.files}
+            out.arrays = {k: f[k] for k in f.files}
     return out
 
 
@@ -318,7 +318,7 @@ def run_in_process(args, model_name: str, sim: str, batch: int, steps: int, out_
             setattr(out, k, v)
     if out.ok:
         with np.load(out_npz) as f:
-            out.final = {k: f[k] for k in f.files}
+            out.arrays = {k: f[k] for k in f.files}
     return out
 
 
@@ -409,8 +409,8 @@ def bench_model(args, name: str, tmp: str) -> None:
         cratio = a.compile_s / b.compile_s
         dq = dv = float("nan")
         if a.ok and b.ok:
-            dq = float(np.max(np.abs(a.final["qpos"] - b.final["qpos"])))
-            dv = float(np.max(np.abs(a.final["qvel"] - b.final["qvel"])))
+            dq = float(np.max(np.abs(a.arrays["qpos"] - b.arrays["qpos"])))
+            dv = float(np.max(np.abs(a.arrays["qvel"] - b.arrays["qvel"])))
         print(f"{batch:>6} | {sps(a):>12} | {sps(b):>12} | {_fmt(ratio, '6.2f'):>6} | {_fmt(a.compile_s, '.2f'):>11} | "
               f"{_fmt(b.compile_s, '.2f'):>10} | {_fmt(cratio, '.2f'):>10} | {_fmt(a.rss_gb, '.2f'):>11} | "
               f"{_fmt(b.rss_gb, '.2f'):>10} | {_fmt(dq, '.2e'):>10} | {_fmt(dv, '.2e'):>10}")
@@ -425,9 +425,9 @@ def bench_model(args, name: str, tmp: str) -> None:
         ref = mujoco_reference(name, steps, args.seed)
         parts = [f"sanity at B=1 after {steps} steps: max|qpos - qpos_MuJoCo-C(float64)|:"]
         for sim, o in (("ours", a), ("MJX", b)):
-            parts.append(f"{sim} {_fmt(float(np.max(np.abs(o.final['qpos'][0] - ref))), '.2e')}" if o.ok else f"{sim} -")
+            parts.append(f"{sim} {_fmt(float(np.max(np.abs(o.arrays['qpos'][0] - ref))), '.2e')}" if o.ok else f"{sim} -")
         if a.ok and b.ok:
-            parts.append(f"| ours vs MJX {float(np.max(np.abs(a.final['qpos'][0] - b.final['qpos'][0]))):.2e}")
+            parts.append(f"| ours vs MJX {float(np.max(np.abs(a.arrays['qpos'][0] - b.arrays['qpos'][0]))):.2e}")
         parts.append(f"| max|qpos_C - qpos_start| {float(np.max(np.abs(ref - load_model(name)[1]))):.2e}")
         print("   " + " ".join(parts))
 

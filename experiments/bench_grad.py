@@ -93,13 +93,12 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_contact import _emit, _fmt, _peak_rss_gb, describe, inputs, load_model, run_child_process  # noqa: E402
+from bench_contact import Outcome, _emit, _fmt, _peak_rss_gb, describe, inputs, load_model, run_child_process  # noqa: E402
 
 MODELS = ("humanoid", "pile")
 # key: (label, simulator, gradient?, grad_mode, full convergence?)
@@ -264,22 +263,6 @@ def worker_main(args) -> None:
 
 
 # ---------------------------------------------------------------------------------- driver
-
-
-@dataclass
-class Outcome:
-    status: str = "not run"  # ok | skipped: ... | timeout | crashed | XLA needs ...
-    compile_s: float = float("nan")
-    call_s: float = float("nan")
-    n_timed: int = 0
-    xla_gb: float = float("nan")
-    rss_gb: float = float("nan")
-    wall_s: float = float("nan")
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.status.startswith("ok")
 
 
 def run_child(args, worker: str, model_name: str, steps: int, budget: float, out: str) -> Outcome:
