@@ -117,9 +117,9 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
     and the smallest norm (every such projection lies in the hull).
     """
     subsets = jnp.asarray(_SUBSETS)
+    gram = w @ w.T
 
     def project(sub):
-        gram = w @ w.T
         both = sub[:, None] & sub[None, :]
         kkt = jnp.zeros((5, 5), w.dtype)
         kkt = kkt.at[:4, :4].set(jnp.where(both, gram, jnp.eye(4, dtype=w.dtype)))
@@ -342,7 +342,7 @@ def _witness(kind: int, g: GeomFrame, d: Float[Array, "3"], sigma: Float[Array, 
     return g.pos + r * d + g.mat @ local
 
 
-def _kink_residual(kind: int, g: GeomFrame, d, sigma, active):
+def _kink_residual(g: GeomFrame, d, sigma, active):
     """Equations of the kinks: m_k = 0 where active (m = R^T d), sigma_k (pinned at 0) elsewhere."""
     m = g.mat.T @ d
     return jnp.where(active, m, sigma)
@@ -374,12 +374,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
             gap = a - b
             gap_t = gap - n * jnp.dot(n, gap)  # must vanish: b - a = d n
             tangential = jnp.stack([jnp.dot(t1, gap_t), jnp.dot(t2, gap_t)]) / scale
-            kinks = (_kink_residual(k1, g1, n, x[2:5], act1), _kink_residual(k2, g2, -n, x[5:8], act2))
-            return jnp.concatenate([tangential, *kinks])
+            kinks = (_kink_residual(g1, n, x[2:5], act1), _kink_residual(g2, -n, x[5:8], act2))
+            r = jnp.concatenate([tangential, *kinks])
+            return r, r
 
         def step(x, g1, g2):
-            r = residual(x, g1, g2)
-            jac = jax.lax.stop_gradient(jax.jacfwd(residual)(x, g1, g2))
+            jac, r = jax.jacfwd(residual, has_aux=True)(x, g1, g2)  # one evaluation for both
+            jac = jax.lax.stop_gradient(jac)
             # damped least squares: exact Newton where the solution is unique, minimal change
             # (keeping EPA's witness) where it is not (parallel faces)
             mu = 1e-12 * (1.0 + jnp.trace(jac.T @ jac))
