@@ -71,6 +71,7 @@ def from_mujoco(
     ls_iterations: int | None = None,
     cone: str | None = None,
     grad_mode: str = "implicit",
+    collision_smoothing: float = 0.0,
     dtype=None,
     **later,
 ) -> Model:
@@ -101,6 +102,8 @@ def from_mujoco(
         raise ValueError(f"cone must be 'pyramidal' or 'elliptic', got {cone!r}")
     if grad_mode not in ("implicit", "unroll"):
         raise ValueError(f"grad_mode must be 'implicit' or 'unroll', got {grad_mode!r}")
+    if not (np.isfinite(collision_smoothing) and collision_smoothing >= 0):
+        raise ValueError(f"collision_smoothing must be a finite length >= 0, got {collision_smoothing!r}")
 
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
     _check_supported(m, disableflags)
@@ -122,6 +125,7 @@ def from_mujoco(
         cone=cone or _CONE[int(m.opt.cone)],
         disableflags=disableflags,
         grad_mode=grad_mode,
+        collision_smoothing=float(collision_smoothing),
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731

@@ -297,6 +297,7 @@ class Option(eqx.Module):
     tolerance: float = eqx.field(static=True, default=1e-8)
     ls_tolerance: float = eqx.field(static=True, default=0.01)
     grad_mode: str = eqx.field(static=True, default="implicit")  # solver reverse mode: "implicit" | "unroll"
+    collision_smoothing: float = eqx.field(static=True, default=0.0)  # length; 0: off (collision.smoothing)
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""

@@ -15,6 +15,8 @@ contacts closer than margin + gap, and only those closer than margin
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +86,8 @@ def collide(model: Model, data: Data) -> Contact:
     parts = []
     for group in model.constraints.groups:
         fn, n_slots = FUNCTIONS[group.types]
+        if model.opt.collision_smoothing > 0 and group.types in primitives.SMOOTHED:
+            fn = functools.partial(fn, smoothing=model.opt.collision_smoothing)
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
         friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
         frame = lambda g: GeomFrame(data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g])  # noqa: E731

@@ -18,8 +18,9 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ..math import make_frame, safe_norm
+from ..math import make_frame, normalize, safe_norm
 from .base import Collision, GeomFrame
+from .smoothing import blend
 
 MINVAL = 1e-15  # mjMINVAL
 PARALLEL_SIN2 = 1e-8  # capsule axes with sin^2(angle) below this are parallel (MuJoCo 4)
@@ -100,8 +101,11 @@ def _plane_sphere(plane_pos, n, center, radius, margin):
     return dist, pos, cdist <= margin + radius
 
 
-def _sphere_box(center_w, r, box: GeomFrame, margin):
-    """mjraw_SphereBox for a sphere at center_w -> (dist, pos, normal, valid)."""
+def _sphere_box(center_w, r, box: GeomFrame, margin, smoothing: float = 0.0):
+    """mjraw_SphereBox for a sphere at center_w -> (dist, pos, normal, valid).
+
+    smoothing > 0 blends the nearest-face choice (centre inside), see `smoothing`.
+    """
     size, mat = box.size, box.mat
     center = mat.T @ (center_w - box.pos)
     clamped = jnp.clip(center, -size, size)
@@ -114,6 +118,10 @@ def _sphere_box(center_w, r, box: GeomFrame, margin):
     k = jnp.argmin(faces)
     closest = faces[k]
     nearest = jax.nn.one_hot(k // 2, 3, dtype=center.dtype) * jnp.where(k % 2 == 1, -1.0, 1.0)
+    if smoothing > 0:
+        face_normals = jnp.kron(jnp.eye(3, dtype=center.dtype), jnp.array([[1.0], [-1.0]], center.dtype))
+        closest, nearest = blend(faces, (faces, face_normals), smoothing)
+        nearest = normalize(nearest)
     pos_in = center + nearest * (0.5 * (r - closest))
 
     # centre outside: midpoint of the box point and the deepest sphere point
@@ -313,8 +321,11 @@ def capsule_capsule(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     return _collision(*[[a, b] for a, b in zip(first, second)])
 
 
-def sphere_cylinder(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
-    """mjc_SphereCylinder: side (sphere-sphere with the axis point), cap (plane), or rim corner."""
+def sphere_cylinder(g1: GeomFrame, g2: GeomFrame, margin, smoothing: float = 0.0) -> Collision:
+    """mjc_SphereCylinder: side (sphere-sphere with the axis point), cap (plane), or rim corner.
+
+    smoothing > 0 blends the side / top cap / bottom cap choice (centre inside), see `smoothing`.
+    """
     r1, z1 = g1.size[0], g1.mat[:, 2]
     radius, height = g2.size[0], g2.size[1]
     axis = g2.mat[:, 2]
@@ -351,12 +362,20 @@ def sphere_cylinder(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     pos = jnp.where(side, ps, jnp.where(cap, pc, pr))
     normal = jnp.where(side, ns, jnp.where(cap, -cap_n, nr))
     valid = jnp.where(side, vs, jnp.where(cap, vc, vr))
+    if smoothing > 0:
+        d_top, p_top, _ = _plane_sphere(g2.pos + axis * height, axis, g1.pos, r1, margin)
+        d_bot, p_bot, _ = _plane_sphere(g2.pos - axis * height, -axis, g1.pos, r1, margin)
+        candidates = (jnp.stack([ds, d_top, d_bot]), jnp.stack([ps, p_top, p_bot]), jnp.stack([ns, -axis, axis]))
+        soft_dist, soft_pos, soft_normal = blend(jnp.stack([radius - p_len, height - x, height + x]), candidates, smoothing)
+        dist = jnp.where(both, soft_dist, dist)
+        pos = jnp.where(both, soft_pos, pos)
+        normal = jnp.where(both, normalize(soft_normal), normal)
     return _collision([dist], [pos], [normal], [valid])
 
 
-def sphere_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
+def sphere_box(g1: GeomFrame, g2: GeomFrame, margin, smoothing: float = 0.0) -> Collision:
     """mjc_SphereBox: one contact."""
-    dist, pos, normal, valid = _sphere_box(g1.pos, g1.size[0], g2, margin)
+    dist, pos, normal, valid = _sphere_box(g1.pos, g1.size[0], g2, margin, smoothing)
     return _collision([dist], [pos], [normal], [valid])
 
 
@@ -385,7 +404,7 @@ def _capsule_box_edges(pos, halfaxis, hl, size):
     return d2, ok, x1, x2, s1 * 3 + s2
 
 
-def capsule_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
+def capsule_box(g1: GeomFrame, g2: GeomFrame, margin, smoothing: float = 0.0) -> Collision:
     """mjc_CapsuleBox: sphere-box at the segment point nearest the box, plus a second point.
 
     The nearest point is searched over the two capsule ends against the box faces and the
@@ -488,10 +507,13 @@ def capsule_box(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
 
     t = jnp.stack([bestpos, jnp.where(has_second, secondpos, 0.0) + bestpos])
     centers = (pos + halfaxis * t[:, None]) @ mat.T + g2.pos
-    dist, cpos, normal, valid = jax.vmap(_sphere_box, (0, None, None, None))(centers, radius, g2, margin)
+    dist, cpos, normal, valid = jax.vmap(lambda c: _sphere_box(c, radius, g2, margin, smoothing))(centers)
     valid = valid & found & jnp.stack([True, has_second])
     return _collision(list(dist), list(cpos), list(normal), list(valid))
 
+
+# pairs whose function takes `smoothing` (see collision.smoothing)
+SMOOTHED = {(SPHERE, CYLINDER), (SPHERE, BOX), (CAPSULE, BOX)}
 
 FUNCTIONS: dict[tuple[int, int], tuple[Callable, int]] = {
     (PLANE, SPHERE): (plane_sphere, 1),
