@@ -1,0 +1,336 @@
+"""Multi-point manifolds for the convex pairs with flat features (MuJoCo 4 multiccd).
+
+MuJoCo 4 sends capsule-cylinder, cylinder-cylinder and cylinder-box to its general
+convex collider and, with the `multiccd` flag on (the default; it is a *disable* flag in
+MuJoCo 4), turns the single EPA contact into up to 2 (capsule) or 4 (cylinder, box)
+points when the touching features are flat:
+
+1. Features. A box face or a cylinder cap is a polygon (a cap is a 16-gon, vertices at
+   multiples of 22.5 deg). A capsule, or a cylinder touching with its side, is an edge:
+   the surface line through the contact (capsule), or the side line through the
+   cylinder's support point, cap to cap.
+2. Face-face: the most anti-parallel pair of face normals, within cos = 0.996 (5.1 deg),
+   each facing the other shape (cone 0.0888 of the contact direction). The incident
+   polygon (geom 2) is clipped against the side planes of the reference polygon (geom 1)
+   (Sutherland-Hodgman), and points above the reference plane are dropped.
+   Edge-face: an edge within 0.0888 of parallel to a face of the other shape is clipped
+   against that face the same way.
+3. Reduction: more than 4 points -> MuJoCo's greedy largest-area quadrilateral; an edge
+   clipped to more than 2 points -> its farthest pair.
+4. Each point v gives witnesses w1 = v projected on the reference plane, w2 = w1 - d dir
+   with d = (w1 - v).dir (dir: the other face's normal, or -n for an edge), contact
+   dist = d, pos = (w1 + w2) / 2, normal along w1 - w2 (geom 1 -> geom 2).
+
+No aligned features, or nothing left after clipping: MuJoCo's single contact, which is
+`convex.convex_contact` (exact minimum translation). Which features MuJoCo considers is
+read off its EPA simplex; here they are chosen geometrically from the contact normal,
+which agrees in the resting and sliding configurations that matter (tested against
+MuJoCo). All vertex arithmetic follows MuJoCo's operation order, so that the discrete
+choices (clipping, the quadrilateral among a regular 16-gon's near-ties) come out the same.
+Positions are differentiable; the discrete choices are not (they are piecewise constant).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from ..math import make_frame
+from .base import Collision, GeomFrame
+from .convex import CAPSULE, CYLINDER, BOX, convex_contact
+
+MINVAL = 1e-15
+FACE_TOLERANCE = 0.996  # cos of the largest angle between "parallel" faces
+EDGE_TOLERANCE = 0.0888  # sin of the largest angle between an edge and a "parallel" face
+MAXV = 36  # clipped-polygon buffer: 16-gon clipped by 16 planes, with duplicates
+
+# MuJoCo's 15-decimal tables for the cap 16-gon
+_COS16 = np.array([float(f"{np.cos(k * np.pi / 8):.15f}") for k in range(16)])
+_SIN16 = np.array([float(f"{np.sin(k * np.pi / 8):.15f}") for k in range(16)])
+# box faces: local corner signs, MuJoCo's vertex order (clockwise seen from outside)
+_BOX_FACES = np.array(
+    [
+        [(1, 1, 1), (1, 1, -1), (1, -1, -1), (1, -1, 1)],
+        [(-1, 1, -1), (-1, 1, 1), (-1, -1, 1), (-1, -1, -1)],
+        [(-1, 1, -1), (1, 1, -1), (1, 1, 1), (-1, 1, 1)],
+        [(-1, -1, 1), (1, -1, 1), (1, -1, -1), (-1, -1, -1)],
+        [(-1, 1, 1), (1, 1, 1), (1, -1, 1), (-1, -1, 1)],
+        [(1, 1, -1), (-1, 1, -1), (-1, -1, -1), (1, -1, -1)],
+    ],
+    dtype=float,
+)
+_BOX_NORMALS = np.array([(1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0), (0, 0, 1), (0, 0, -1)], dtype=float)
+
+
+# ------------------------------------------------------------------ order-exact vector ops
+
+
+def _dot(a, b):
+    return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
+
+
+def _cross(a, b):
+    return jnp.stack(
+        [a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
+         a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
+         a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]],
+        axis=-1,
+    )  # fmt: skip
+
+
+def _normalize(v):
+    """mju_normalize3: v * (1/|v|), (1, 0, 0) below mjMINVAL."""
+    norm = jnp.sqrt(_dot(v, v))
+    small = norm < MINVAL
+    inv = 1.0 / jnp.where(small, 1.0, norm)
+    return jnp.where(small[..., None], jnp.array([1.0, 0.0, 0.0], v.dtype), v * inv[..., None])
+
+
+def _to_world(g: GeomFrame, local):
+    """mat @ local + pos, row by row in MuJoCo's order."""
+    m = g.mat
+    rows = [m[r, 0] * local[..., 0] + m[r, 1] * local[..., 1] + m[r, 2] * local[..., 2] for r in range(3)]
+    return jnp.stack(rows, axis=-1) + g.pos
+
+
+# ------------------------------------------------------------------ features
+
+
+def _faces(kind: int, g: GeomFrame):
+    """Candidate faces of a shape: (normals (F, 3), polygons (F, 16, 3), vertex counts (F,))."""
+    dtype = g.pos.dtype
+    if kind == BOX:
+        polys = _to_world(g, jnp.asarray(_BOX_FACES, dtype) * g.size)
+        polys = jnp.concatenate([polys, jnp.repeat(polys[:, :1], 12, axis=1)], axis=1)
+        normals = _BOX_NORMALS @ g.mat.T
+        return normals.astype(dtype), polys, jnp.full(6, 4)
+    # cylinder caps: top (+axis) then bottom
+    r, h = g.size[0], g.size[1]
+    caps = []
+    for sgn in (1.0, -1.0):
+        local = jnp.stack([r * _COS16, (-sgn * r) * _SIN16, jnp.full(16, sgn * h)], axis=-1)
+        caps.append(_to_world(g, local))
+    axis = g.mat[:, 2]
+    return jnp.stack([axis, -axis]), jnp.stack(caps), jnp.full(2, 16)
+
+
+def _edge(kind: int, g: GeomFrame, witness, towards):
+    """The line feature: capsule surface line through `witness`, or cylinder side line
+    through its support point in direction `towards`. Returns (2, 3) endpoints, unit dir."""
+    axis = g.mat[:, 2]
+    if kind == CAPSULE:
+        rel = witness - g.pos
+        pr = rel[0] * axis[0] + rel[1] * axis[1]
+        pr = rel[2] * axis[2] + pr
+        half = g.size[1]
+        start, end = (-pr - half) * axis + witness, (half - pr) * axis + witness
+        return jnp.stack([start, end]), axis
+    local = g.mat.T @ towards
+    n2 = local[0] * local[0] + local[1] * local[1]
+    scale = jnp.where(n2 >= MINVAL * MINVAL, g.size[0] / jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
+    top = local[2] >= 0
+    support = _to_world(g, jnp.stack([scale * local[0], scale * local[1], jnp.where(top, g.size[1], -g.size[1])]))
+    direction = jnp.where(top, -axis, axis)
+    hh = g.size[1] + g.size[1]
+    return jnp.stack([support, hh * direction + support]), axis
+
+
+# ------------------------------------------------------------------ clipping
+
+
+def _clip(ref, nref, poly, npoly, n):
+    """Sutherland-Hodgman: clip `poly` (first npoly of MAXV rows) by the side planes of the
+    reference polygon `ref` (first nref of 16 rows, normal n), as MuJoCo's polygonClip."""
+    nxt_ref = jnp.where(jnp.arange(16) + 1 >= nref, 0, jnp.arange(16) + 1)
+    side = _normalize(_cross(ref[nxt_ref] - ref, (ref + n) - ref))  # (16, 3) side-plane normals
+    idx = jnp.arange(MAXV)
+
+    def one_plane(e, state):
+        poly, npoly = state
+        f, p = ref[e], side[e]
+        q_idx = jnp.where(idx + 1 >= npoly, 0, idx + 1)
+        P, Q = poly, poly[q_idx]
+        dp, dq = _dot(P - f, p), _dot(Q - f, p)
+        in_p, in_q = dp > -MINVAL, dq > -MINVAL
+        live = idx < npoly
+        den = dp - dq
+        t = dp / jnp.where(den != 0, den, 1.0)
+        cross_ok = live & (in_p != in_q) & (den != 0) & (t >= 0) & (t <= 1)
+        point = t[:, None] * (Q - P) + P
+        emit = jnp.stack([cross_ok, live & in_q], axis=1).reshape(-1)  # per vertex: [crossing, Q]
+        cand = jnp.stack([point, Q], axis=1).reshape(-1, 3)
+        rank = jnp.cumsum(emit) - 1
+        select = emit[None, :] & (rank[None, :] == idx[:, None])  # (MAXV, 2 MAXV) one-hot rows
+        new = select.astype(poly.dtype) @ cand
+        new_n = jnp.minimum(jnp.sum(emit), MAXV)
+        apply = (e < nref) & (npoly > 0)
+        return jnp.where(apply, new, poly), jnp.where(apply, new_n, npoly)
+
+    return jax.lax.fori_loop(0, 16, one_plane, (poly, npoly))
+
+
+def _area(a, b, c, d):
+    x = _cross(a - c, b - d)
+    return 0.5 * jnp.sqrt(_dot(x, x))
+
+
+def _quad(poly, m):
+    """MuJoCo's greedy largest-area quadrilateral of a polygon with m >= 5 vertices: for each
+    corner a, move d forward while that grows the area, after each such move c and then b
+    as far as they grow it; returns the indices (a, b, c, d) of the best seen."""
+    poly = jax.lax.stop_gradient(poly)
+    area = lambda a, b, c, d: _area(poly[a], poly[b], poly[c], poly[d])  # noqa: E731
+    wrap = lambda i: jnp.where(i + 1 >= m, 0, i + 1)  # noqa: E731
+
+    def move(which, a):
+        def next_corners(s):
+            corners = list(s[:3])
+            corners[which] = wrap(corners[which])
+            return corners
+
+        def cond(s):
+            return area(a, *next_corners(s)) > s[3]
+
+        def body(s):
+            corners = next_corners(s)
+            return (*corners, area(a, *corners), jnp.stack([a, *corners]))
+
+        return cond, body
+
+    def outer(a, s):
+        cond_d, body_d = move(2, a)
+        grow_c, grow_b = move(1, a), move(0, a)
+
+        def body(s):
+            s = body_d(s)
+            s = jax.lax.while_loop(*grow_c, s)
+            return jax.lax.while_loop(*grow_b, s)
+
+        b, c, d, best, res = jax.lax.while_loop(lambda s: (a < m) & cond_d(s), body, s)
+        fix_b = (a < m) & (b == a)
+        b = jnp.where(fix_b, wrap(b), b)
+        fix_c = fix_b & (c == b)
+        c = jnp.where(fix_c, wrap(c), c)
+        d = jnp.where(fix_c & (d == c), wrap(d), d)
+        return b, c, d, best, res
+
+    start = (jnp.array(1), jnp.array(2), jnp.array(3), area(0, 1, 2, 3), jnp.arange(4))
+    return jax.lax.fori_loop(0, MAXV, outer, start)[4]
+
+
+def _farthest_pair(poly, m):
+    """Indices of the farthest pair of the first m points (first strict maximum, i < j)."""
+    diff = poly[None, :, :] - poly[:, None, :]
+    d2 = jax.lax.stop_gradient(_dot(diff, diff))
+    idx = jnp.arange(MAXV)
+    upper = (idx[:, None] < idx[None, :]) & (idx[None, :] < m)
+    flat = jnp.where(upper, d2, -1.0).reshape(-1)
+    k = jnp.argmax(flat)
+    return jnp.where(flat[k] > 0, jnp.stack([k // MAXV, k % MAXV]), jnp.array([0, 1]))
+
+
+def _manifold(ref, nref, incident, nincident, n, direction, limit: int):
+    """polygonClip: clipped points, reduced to `limit`, as (w1, w2, d) witnesses + mask."""
+    poly, m = _clip(ref, nref, incident, nincident, n)
+    idx = jnp.arange(MAXV)
+    keep = (idx < m) & ~(_dot(poly - ref[0], n) > 0.0)  # drop points above the reference plane
+    rank = jnp.cumsum(keep) - 1
+    select = keep[None, :] & (rank[None, :] == idx[:, None])
+    poly, m = select.astype(poly.dtype) @ poly, jnp.sum(keep)
+    quad = m >= 5
+    pair = ~quad & (nincident == 2) & (m >= 3)
+    chosen = jnp.where(quad, _quad(poly, m), jnp.arange(4))
+    chosen = jnp.where(pair, jnp.concatenate([_farthest_pair(poly, m), jnp.arange(2, 4)]), chosen)[:limit]
+    valid = jnp.arange(limit) < jnp.where(quad, 4, jnp.where(pair, 2, m))
+    v = poly[chosen]
+    w1 = v - n * _dot(v - ref[0], n)[:, None]
+    d = _dot(w1 - v, direction)
+    w2 = w1 - direction * d[:, None]
+    return w1, w2, d, valid & (m > 0)
+
+
+def _pad(poly, count):
+    return jnp.concatenate([poly, jnp.repeat(poly[:1], MAXV - poly.shape[0], axis=0)]), count
+
+
+def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
+    """Narrow-phase function for a capsule/cylinder/box pair with a cylinder, and its slots."""
+    limit = 2 if CAPSULE in (k1, k2) else 4
+    single = convex_contact(k1, k2)
+
+    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision:
+        base = single(g1, g2, margin)
+        n, dist = base.frame[0, 0], base.dist[0]
+        x1 = base.pos[0] - 0.5 * dist * n
+        direction = jax.lax.stop_gradient(dist * n)  # x2 - x1
+        tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction))
+        ns = jax.lax.stop_gradient(n)
+
+        def face_of(kind, g, towards):
+            """(has, normal, polygon (16, 3), count, dim) of the face MuJoCo's feature names."""
+            normals, polys, counts = _faces(kind, g)
+            facing = jax.lax.stop_gradient(normals @ towards)
+            if kind == BOX:
+                k = jnp.argmax(facing)
+                return jnp.array(True), normals[k], polys[k], counts[k], 3
+            k = jnp.argmax(facing)  # the cap on the contact side
+            has = jnp.abs(jax.lax.stop_gradient(jnp.dot(g.mat[:, 2], towards))) > EDGE_TOLERANCE
+            return has, normals[k], polys[k], counts[k], jnp.where(has, 1, 2)
+
+        zero = jnp.zeros(3, n.dtype)
+        if k1 == CAPSULE:
+            has1, n1, f1, c1, dim1 = jnp.array(False), zero, jnp.zeros((16, 3), n.dtype), 0, 1
+        else:
+            has1, n1, f1, c1, dim1 = face_of(k1, g1, ns)
+        has2, n2, f2, c2, dim2 = face_of(k2, g2, -ns)
+        n1s, n2s = jax.lax.stop_gradient((n1, n2))
+
+        # face-face: anti-parallel within FACE_TOLERANCE, each facing the other shape
+        aligned = has1 & has2 & (_dot(n1s, direction) < -tol) & (_dot(n2s, direction) > tol)
+        aligned = aligned & (_dot(n1s, n2s) < -FACE_TOLERANCE)
+
+        # edge-face: geom 1's edge on geom 2's face, or the mirror image
+        edge1, axis1 = _edge(k1, g1, x1, ns)
+        edge_pick1 = (dim1 != 3) & has2 & (~has1 | (dim1 <= dim2))
+        match1 = (jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s)) < EDGE_TOLERANCE) & (_dot(n2s, direction) > MINVAL)
+        use1 = ~aligned & edge_pick1 & match1
+        if k2 == CYLINDER and k1 != CAPSULE:
+            x2 = base.pos[0] + 0.5 * dist * n
+            edge2, axis2 = _edge(k2, g2, x2, -ns)
+            edge_pick2 = (dim2 != 3) & has1 & (~has2 | (dim2 <= dim1))
+            match2 = (jnp.abs(_dot(jax.lax.stop_gradient(axis2), n1s)) < EDGE_TOLERANCE) & (_dot(n1s, -direction) > MINVAL)
+            use2 = ~aligned & ~edge_pick1 & edge_pick2 & match2
+        else:
+            edge2, use2 = edge1, jnp.array(False)
+
+        # one clip call: reference face, incident polygon, normals for the chosen case
+        where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
+        ref, nref, rn = where(use1, (f2, c2, n2), (f1, c1, n1))
+        inc, ninc = where(aligned, _pad(f2, c2), _pad(where(use1, edge1, edge2), 2))
+        rdir = jnp.where(aligned, n2, jnp.where(use1, -n2, -n1))
+        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, limit)
+        p1, p2 = where(use1, (w2, w1), (w1, w2))
+        active = (aligned | use1 | use2) & jnp.any(ok)
+        active = active & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
+
+        normal = jax.vmap(lambda a, b: _normalize(_normalize(a - b)))(p1, p2)
+        slots = Collision(
+            dist=jnp.where(ok, d, 0.0),
+            pos=(p1 + p2) * 0.5,
+            frame=jax.vmap(make_frame)(normal),
+            valid=ok,
+        )
+        pad = lambda x: jnp.concatenate([x, jnp.zeros((limit - 1,) + x.shape[1:], x.dtype)])  # noqa: E731
+        single_slots = Collision(pad(base.dist), pad(base.pos), pad(base.frame), pad(base.valid))
+        return where(active, slots, single_slots)
+
+    fn.__name__ = f"multiccd_{k1}_{k2}"
+    return fn, limit
+
+
+PAIRS = [(CAPSULE, CYLINDER), (CYLINDER, CYLINDER), (CYLINDER, BOX)]
+FUNCTIONS: dict[tuple[int, int], tuple[Callable, int]] = {pair: multiccd_contact(*pair) for pair in PAIRS}
