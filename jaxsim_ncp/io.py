@@ -10,6 +10,7 @@ import mujoco
 import numpy as np
 
 from .collision import FUNCTIONS
+from .collision.multiccd import PAIRS as MULTICCD_PAIRS
 from .types import (
     BiasType,
     ConstraintLayout,
@@ -386,15 +387,21 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
             if types not in FUNCTIONS:
                 n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
                 names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
-                why = (
-                    " (MuJoCo 4 builds a 2-4 point contact manifold for it that jaxsim_ncp does not reproduce yet)"
-                    if mujoco.mjtGeom.mjGEOM_CYLINDER in types
-                    else ""
-                )
                 raise UnsupportedFeatureError(
                     f"collision between a {n1} and a {n2} (geoms {names[0]!r} and {names[1]!r}, geom/type) is "
-                    f"not supported yet{why}; set their contype/conaffinity so they cannot collide"
+                    "not supported yet; set their contype/conaffinity so they cannot collide"
                 )
+            if types in MULTICCD_PAIRS and "multiccd" not in disableflags:
+                margin = m.pair_margin[pid] + m.pair_gap[pid] if pid >= 0 else (
+                    m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2]
+                )
+                if margin != 0:
+                    names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                    raise UnsupportedFeatureError(
+                        f"a nonzero margin/gap on the pair {names[0]!r}-{names[1]!r} (geom/margin, geom/gap or "
+                        "pair/margin): MuJoCo's multi-point cylinder manifold with a margin is not reproduced; "
+                        "use margin=0 or disable it with <flag multiccd=\"disable\"/> (one contact)"
+                    )
             by_types.setdefault(types, []).append((g1, g2, pid))
         for types, items in sorted(by_types.items()):
             g1s, g2s, pids = zip(*items)

@@ -26,9 +26,10 @@ def test_malformed_xml_raises():
     "xml,match",
     [
         # geom pairs without a narrow-phase function are refused at load time, naming both geoms
-        ("<mujoco><worldbody><body><freejoint/><geom name='a' type='cylinder' size='.1 .2'/></body>"
+        # a cylinder pair with a margin: MuJoCo's multiccd manifold with margins is not reproduced
+        ("<mujoco><worldbody><body><freejoint/><geom name='a' type='cylinder' size='.1 .2' margin='.01'/></body>"
          "<body pos='1 0 0'><freejoint/><geom name='b' type='box' size='.1 .1 .2'/></body></worldbody></mujoco>",
-         "cylinder and a box.*'a' and 'b'.*manifold"),
+         "margin/gap on the pair 'a'-'b'.*multiccd"),
         ("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody><geom name='floor' type='plane' size='1 1 1'/>"
          "<body><freejoint/><geom name='tet' type='mesh' mesh='m'/></body></worldbody></mujoco>", "plane and a mesh.*'floor' and 'tet'"),
         ("<mujoco><asset><hfield name='h' nrow='2' ncol='2' size='1 1 1 .1'/></asset><worldbody><geom name='ground' type='hfield' hfield='h'/>"

@@ -22,11 +22,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..types import Contact, Data, Model, PairGroup, empty_contact
-from . import box, convex, primitives
+from . import box, convex, multiccd, primitives
 from .base import GeomFrame
 
 # (type1, type2) -> (narrow-phase function, contact slots per pair), type1 <= type2
-FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS}
+FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS, **multiccd.FUNCTIONS}
 
 _MINVAL = 1e-15  # mjMINVAL
 _MINMU = 1e-5  # mjMINMU: contact friction is clamped below by this
@@ -86,6 +86,8 @@ def collide(model: Model, data: Data) -> Contact:
     parts = []
     for group in model.constraints.groups:
         fn, n_slots = FUNCTIONS[group.types]
+        if model.opt.disabled("multiccd") and group.types in multiccd.FUNCTIONS:
+            fn = multiccd.single_contact(*group.types)
         if model.opt.collision_smoothing > 0 and group.types in primitives.SMOOTHED:
             fn = functools.partial(fn, smoothing=model.opt.collision_smoothing)
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)

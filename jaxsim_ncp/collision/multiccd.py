@@ -63,90 +63,111 @@ _BOX_FACES = np.array(
     ],
     dtype=float,
 )
-_BOX_NORMALS = np.array([(1, 0, 0), (-1, 0, 0), (0, 1, 0), (0, -1, 0), (0, 0, 1), (0, 0, -1)], dtype=float)
 
 
 # ------------------------------------------------------------------ order-exact vector ops
+#
+# The clipped polygon of a cap lying flat on a face is a near-regular 16-gon, and MuJoCo's
+# choice of 4 of its vertices is decided by round-off; to make the same choice every
+# product-then-sum is rounded exactly as in C. XLA fuses a*b + c into a fused multiply-add
+# (one rounding); multiplying the product by a runtime 1 (`one`, which XLA cannot fold)
+# makes any such fusion fma(round(a*b), 1, c), i.e. C's two roundings.
 
 
-def _dot(a, b):
-    return a[..., 0] * b[..., 0] + a[..., 1] * b[..., 1] + a[..., 2] * b[..., 2]
+def _mul(a, b, one):
+    return (a * b) * one
 
 
-def _cross(a, b):
+def _dot(a, b, one):
+    return _mul(a[..., 0], b[..., 0], one) + _mul(a[..., 1], b[..., 1], one) + _mul(a[..., 2], b[..., 2], one)
+
+
+def _cross(a, b, one):
     return jnp.stack(
-        [a[..., 1] * b[..., 2] - a[..., 2] * b[..., 1],
-         a[..., 2] * b[..., 0] - a[..., 0] * b[..., 2],
-         a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]],
+        [_mul(a[..., 1], b[..., 2], one) - _mul(a[..., 2], b[..., 1], one),
+         _mul(a[..., 2], b[..., 0], one) - _mul(a[..., 0], b[..., 2], one),
+         _mul(a[..., 0], b[..., 1], one) - _mul(a[..., 1], b[..., 0], one)],
         axis=-1,
     )  # fmt: skip
 
 
-def _normalize(v):
+def _normalize(v, one):
     """mju_normalize3: v * (1/|v|), (1, 0, 0) below mjMINVAL."""
-    norm = jnp.sqrt(_dot(v, v))
+    norm = jnp.sqrt(_dot(v, v, one))
     small = norm < MINVAL
     inv = 1.0 / jnp.where(small, 1.0, norm)
     return jnp.where(small[..., None], jnp.array([1.0, 0.0, 0.0], v.dtype), v * inv[..., None])
 
 
-def _to_world(g: GeomFrame, local):
+def _to_world(g: GeomFrame, local, one):
     """mat @ local + pos, row by row in MuJoCo's order."""
     m = g.mat
-    rows = [m[r, 0] * local[..., 0] + m[r, 1] * local[..., 1] + m[r, 2] * local[..., 2] for r in range(3)]
+    rows = [
+        _mul(m[r, 0], local[..., 0], one) + _mul(m[r, 1], local[..., 1], one) + _mul(m[r, 2], local[..., 2], one)
+        for r in range(3)
+    ]
     return jnp.stack(rows, axis=-1) + g.pos
+
+
+def _to_local(g: GeomFrame, v, one):
+    """mat^T @ v in MuJoCo's order."""
+    m = g.mat
+    cols = [_mul(m[0, c], v[0], one) + _mul(m[1, c], v[1], one) + _mul(m[2, c], v[2], one) for c in range(3)]
+    return jnp.stack(cols)
 
 
 # ------------------------------------------------------------------ features
 
 
-def _faces(kind: int, g: GeomFrame):
+def _faces(kind: int, g: GeomFrame, one):
     """Candidate faces of a shape: (normals (F, 3), polygons (F, 16, 3), vertex counts (F,))."""
     dtype = g.pos.dtype
     if kind == BOX:
-        polys = _to_world(g, jnp.asarray(_BOX_FACES, dtype) * g.size)
+        polys = _to_world(g, jnp.asarray(_BOX_FACES, dtype) * g.size, one)
         polys = jnp.concatenate([polys, jnp.repeat(polys[:, :1], 12, axis=1)], axis=1)
-        normals = _BOX_NORMALS @ g.mat.T
-        return normals.astype(dtype), polys, jnp.full(6, 4)
+        m = g.mat
+        normals = jnp.stack([m[:, 0], -m[:, 0], m[:, 1], -m[:, 1], m[:, 2], -m[:, 2]])
+        return normals, polys, jnp.full(6, 4)
     # cylinder caps: top (+axis) then bottom
     r, h = g.size[0], g.size[1]
     caps = []
     for sgn in (1.0, -1.0):
         local = jnp.stack([r * _COS16, (-sgn * r) * _SIN16, jnp.full(16, sgn * h)], axis=-1)
-        caps.append(_to_world(g, local))
+        caps.append(_to_world(g, local, one))
     axis = g.mat[:, 2]
     return jnp.stack([axis, -axis]), jnp.stack(caps), jnp.full(2, 16)
 
 
-def _edge(kind: int, g: GeomFrame, witness, towards):
+def _edge(kind: int, g: GeomFrame, witness, towards, one):
     """The line feature: capsule surface line through `witness`, or cylinder side line
     through its support point in direction `towards`. Returns (2, 3) endpoints, unit dir."""
     axis = g.mat[:, 2]
     if kind == CAPSULE:
         rel = witness - g.pos
-        pr = rel[0] * axis[0] + rel[1] * axis[1]
-        pr = rel[2] * axis[2] + pr
+        pr = _mul(rel[0], axis[0], one) + _mul(rel[1], axis[1], one)
+        pr = _mul(rel[2], axis[2], one) + pr
         half = g.size[1]
-        start, end = (-pr - half) * axis + witness, (half - pr) * axis + witness
+        start, end = _mul(-pr - half, axis, one) + witness, _mul(half - pr, axis, one) + witness
         return jnp.stack([start, end]), axis
-    local = g.mat.T @ towards
-    n2 = local[0] * local[0] + local[1] * local[1]
+    local = _to_local(g, towards, one)
+    n2 = _mul(local[0], local[0], one) + _mul(local[1], local[1], one)
     scale = jnp.where(n2 >= MINVAL * MINVAL, g.size[0] / jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
     top = local[2] >= 0
-    support = _to_world(g, jnp.stack([scale * local[0], scale * local[1], jnp.where(top, g.size[1], -g.size[1])]))
+    local = jnp.stack([scale * local[0], scale * local[1], jnp.where(top, g.size[1], -g.size[1])])
+    support = _to_world(g, local, one)
     direction = jnp.where(top, -axis, axis)
     hh = g.size[1] + g.size[1]
-    return jnp.stack([support, hh * direction + support]), axis
+    return jnp.stack([support, _mul(hh, direction, one) + support]), axis
 
 
 # ------------------------------------------------------------------ clipping
 
 
-def _clip(ref, nref, poly, npoly, n):
+def _clip(ref, nref, poly, npoly, n, one):
     """Sutherland-Hodgman: clip `poly` (first npoly of MAXV rows) by the side planes of the
     reference polygon `ref` (first nref of 16 rows, normal n), as MuJoCo's polygonClip."""
     nxt_ref = jnp.where(jnp.arange(16) + 1 >= nref, 0, jnp.arange(16) + 1)
-    side = _normalize(_cross(ref[nxt_ref] - ref, (ref + n) - ref))  # (16, 3) side-plane normals
+    side = _normalize(_cross(ref[nxt_ref] - ref, (ref + n) - ref, one), one)  # (16, 3) side-plane normals
     idx = jnp.arange(MAXV)
 
     def one_plane(e, state):
@@ -154,13 +175,13 @@ def _clip(ref, nref, poly, npoly, n):
         f, p = ref[e], side[e]
         q_idx = jnp.where(idx + 1 >= npoly, 0, idx + 1)
         P, Q = poly, poly[q_idx]
-        dp, dq = _dot(P - f, p), _dot(Q - f, p)
+        dp, dq = _dot(P - f, p, one), _dot(Q - f, p, one)
         in_p, in_q = dp > -MINVAL, dq > -MINVAL
         live = idx < npoly
         den = dp - dq
         t = dp / jnp.where(den != 0, den, 1.0)
         cross_ok = live & (in_p != in_q) & (den != 0) & (t >= 0) & (t <= 1)
-        point = t[:, None] * (Q - P) + P
+        point = _mul(t[:, None], Q - P, one) + P
         emit = jnp.stack([cross_ok, live & in_q], axis=1).reshape(-1)  # per vertex: [crossing, Q]
         cand = jnp.stack([point, Q], axis=1).reshape(-1, 3)
         rank = jnp.cumsum(emit) - 1
@@ -173,17 +194,17 @@ def _clip(ref, nref, poly, npoly, n):
     return jax.lax.fori_loop(0, 16, one_plane, (poly, npoly))
 
 
-def _area(a, b, c, d):
-    x = _cross(a - c, b - d)
-    return 0.5 * jnp.sqrt(_dot(x, x))
+def _area(a, b, c, d, one):
+    x = _cross(a - c, b - d, one)
+    return 0.5 * jnp.sqrt(_dot(x, x, one))
 
 
-def _quad(poly, m):
+def _quad(poly, m, one):
     """MuJoCo's greedy largest-area quadrilateral of a polygon with m >= 5 vertices: for each
     corner a, move d forward while that grows the area, after each such move c and then b
     as far as they grow it; returns the indices (a, b, c, d) of the best seen."""
     poly = jax.lax.stop_gradient(poly)
-    area = lambda a, b, c, d: _area(poly[a], poly[b], poly[c], poly[d])  # noqa: E731
+    area = lambda a, b, c, d: _area(poly[a], poly[b], poly[c], poly[d], one)  # noqa: E731
     wrap = lambda i: jnp.where(i + 1 >= m, 0, i + 1)  # noqa: E731
 
     def move(which, a):
@@ -222,10 +243,10 @@ def _quad(poly, m):
     return jax.lax.fori_loop(0, MAXV, outer, start)[4]
 
 
-def _farthest_pair(poly, m):
+def _farthest_pair(poly, m, one):
     """Indices of the farthest pair of the first m points (first strict maximum, i < j)."""
     diff = poly[None, :, :] - poly[:, None, :]
-    d2 = jax.lax.stop_gradient(_dot(diff, diff))
+    d2 = jax.lax.stop_gradient(_dot(diff, diff, one))
     idx = jnp.arange(MAXV)
     upper = (idx[:, None] < idx[None, :]) & (idx[None, :] < m)
     flat = jnp.where(upper, d2, -1.0).reshape(-1)
@@ -233,23 +254,23 @@ def _farthest_pair(poly, m):
     return jnp.where(flat[k] > 0, jnp.stack([k // MAXV, k % MAXV]), jnp.array([0, 1]))
 
 
-def _manifold(ref, nref, incident, nincident, n, direction, limit: int):
+def _manifold(ref, nref, incident, nincident, n, direction, limit: int, one):
     """polygonClip: clipped points, reduced to `limit`, as (w1, w2, d) witnesses + mask."""
-    poly, m = _clip(ref, nref, incident, nincident, n)
+    poly, m = _clip(ref, nref, incident, nincident, n, one)
     idx = jnp.arange(MAXV)
-    keep = (idx < m) & ~(_dot(poly - ref[0], n) > 0.0)  # drop points above the reference plane
+    keep = (idx < m) & ~(_dot(poly - ref[0], n, one) > 0.0)  # drop points above the reference plane
     rank = jnp.cumsum(keep) - 1
     select = keep[None, :] & (rank[None, :] == idx[:, None])
     poly, m = select.astype(poly.dtype) @ poly, jnp.sum(keep)
     quad = m >= 5
     pair = ~quad & (nincident == 2) & (m >= 3)
-    chosen = jnp.where(quad, _quad(poly, m), jnp.arange(4))
-    chosen = jnp.where(pair, jnp.concatenate([_farthest_pair(poly, m), jnp.arange(2, 4)]), chosen)[:limit]
+    chosen = jnp.where(quad, _quad(poly, m, one), jnp.arange(4))
+    chosen = jnp.where(pair, jnp.concatenate([_farthest_pair(poly, m, one), jnp.arange(2, 4)]), chosen)[:limit]
     valid = jnp.arange(limit) < jnp.where(quad, 4, jnp.where(pair, 2, m))
     v = poly[chosen]
-    w1 = v - n * _dot(v - ref[0], n)[:, None]
-    d = _dot(w1 - v, direction)
-    w2 = w1 - direction * d[:, None]
+    w1 = v - _mul(n, _dot(v - ref[0], n, one)[:, None], one)
+    d = _dot(w1 - v, direction, one)
+    w2 = w1 - _mul(direction, d[:, None], one)
     return w1, w2, d, valid & (m > 0)
 
 
@@ -264,15 +285,16 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
 
     def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision:
         base = single(g1, g2, margin)
+        one = margin * 0.0 + 1.0  # a 1 that XLA cannot constant-fold (see _mul)
         n, dist = base.frame[0, 0], base.dist[0]
         x1 = base.pos[0] - 0.5 * dist * n
         direction = jax.lax.stop_gradient(dist * n)  # x2 - x1
-        tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction))
+        tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction, one))
         ns = jax.lax.stop_gradient(n)
 
         def face_of(kind, g, towards):
             """(has, normal, polygon (16, 3), count, dim) of the face MuJoCo's feature names."""
-            normals, polys, counts = _faces(kind, g)
+            normals, polys, counts = _faces(kind, g, one)
             facing = jax.lax.stop_gradient(normals @ towards)
             if kind == BOX:
                 k = jnp.argmax(facing)
@@ -290,19 +312,21 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         n1s, n2s = jax.lax.stop_gradient((n1, n2))
 
         # face-face: anti-parallel within FACE_TOLERANCE, each facing the other shape
-        aligned = has1 & has2 & (_dot(n1s, direction) < -tol) & (_dot(n2s, direction) > tol)
-        aligned = aligned & (_dot(n1s, n2s) < -FACE_TOLERANCE)
+        aligned = has1 & has2 & (_dot(n1s, direction, one) < -tol) & (_dot(n2s, direction, one) > tol)
+        aligned = aligned & (_dot(n1s, n2s, one) < -FACE_TOLERANCE)
 
         # edge-face: geom 1's edge on geom 2's face, or the mirror image
-        edge1, axis1 = _edge(k1, g1, x1, ns)
+        edge1, axis1 = _edge(k1, g1, x1, ns, one)
         edge_pick1 = (dim1 != 3) & has2 & (~has1 | (dim1 <= dim2))
-        match1 = (jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s)) < EDGE_TOLERANCE) & (_dot(n2s, direction) > MINVAL)
+        match1 = jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s, one)) < EDGE_TOLERANCE
+        match1 = match1 & (_dot(n2s, direction, one) > MINVAL)
         use1 = ~aligned & edge_pick1 & match1
         if k2 == CYLINDER and k1 != CAPSULE:
             x2 = base.pos[0] + 0.5 * dist * n
-            edge2, axis2 = _edge(k2, g2, x2, -ns)
+            edge2, axis2 = _edge(k2, g2, x2, -ns, one)
             edge_pick2 = (dim2 != 3) & has1 & (~has2 | (dim2 <= dim1))
-            match2 = (jnp.abs(_dot(jax.lax.stop_gradient(axis2), n1s)) < EDGE_TOLERANCE) & (_dot(n1s, -direction) > MINVAL)
+            match2 = jnp.abs(_dot(jax.lax.stop_gradient(axis2), n1s, one)) < EDGE_TOLERANCE
+            match2 = match2 & (_dot(n1s, -direction, one) > MINVAL)
             use2 = ~aligned & ~edge_pick1 & edge_pick2 & match2
         else:
             edge2, use2 = edge1, jnp.array(False)
@@ -312,24 +336,32 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         ref, nref, rn = where(use1, (f2, c2, n2), (f1, c1, n1))
         inc, ninc = where(aligned, _pad(f2, c2), _pad(where(use1, edge1, edge2), 2))
         rdir = jnp.where(aligned, n2, jnp.where(use1, -n2, -n1))
-        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, limit)
+        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, limit, one)
         p1, p2 = where(use1, (w2, w1), (w1, w2))
         active = (aligned | use1 | use2) & jnp.any(ok)
         active = active & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
 
-        normal = jax.vmap(lambda a, b: _normalize(_normalize(a - b)))(p1, p2)
+        normal = _normalize(_normalize(p1 - p2, one), one)
         slots = Collision(
             dist=jnp.where(ok, d, 0.0),
             pos=(p1 + p2) * 0.5,
             frame=jax.vmap(make_frame)(normal),
             valid=ok,
         )
-        pad = lambda x: jnp.concatenate([x, jnp.zeros((limit - 1,) + x.shape[1:], x.dtype)])  # noqa: E731
-        single_slots = Collision(pad(base.dist), pad(base.pos), pad(base.frame), pad(base.valid))
-        return where(active, slots, single_slots)
+        return where(active, slots, _pad_slots(base, limit))
 
     fn.__name__ = f"multiccd_{k1}_{k2}"
     return fn, limit
+
+
+def _pad_slots(col: Collision, n: int) -> Collision:
+    return jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros((n - 1,) + x.shape[1:], x.dtype)]), col)
+
+
+def single_contact(k1: int, k2: int) -> Callable:
+    """The same slots holding MuJoCo's single contact only (multiccd disabled)."""
+    single, limit = convex_contact(k1, k2), 2 if CAPSULE in (k1, k2) else 4
+    return lambda g1, g2, margin: _pad_slots(single(g1, g2, margin), limit)
 
 
 PAIRS = [(CAPSULE, CYLINDER), (CYLINDER, CYLINDER), (CYLINDER, BOX)]
