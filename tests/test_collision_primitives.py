@@ -14,7 +14,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from jaxsim_ncp.collision import FUNCTIONS, convex
+from jaxsim_ncp.collision import FUNCTIONS, convex, multiccd
 from jaxsim_ncp.collision.base import GeomFrame
 
 PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = 0, 2, 3, 4, 5, 6
@@ -27,7 +27,7 @@ SIZES = {
     CYLINDER: (0.2, 0.25, 0.0),
     BOX: (0.3, 0.2, 0.1),
 }
-SIZES2 = {SPHERE: (0.15, 0, 0), CAPSULE: (0.1, 0.2, 0.0), ELLIPSOID: (0.25, 0.15, 0.18)}  # second geom of a same-type pair
+SIZES2 = {SPHERE: (0.15, 0, 0), CAPSULE: (0.1, 0.2, 0.0), ELLIPSOID: (0.25, 0.15, 0.18), CYLINDER: (0.15, 0.2, 0.0)}  # second geom of a same-type pair
 MARGIN = 0.04
 TOL = 1e-10
 # General convex pairs: MuJoCo's EPA (run at ccd_tolerance 1e-13 here) is accurate to about
@@ -37,6 +37,7 @@ CONVEX_TOL = {"dist": 1e-9, "pos": 5e-6, "frame": 3e-5}
 DEEPEST = -0.05
 IDQ = np.array([1.0, 0.0, 0.0, 0.0])
 PAIRS = sorted(pair for pair in FUNCTIONS if pair != (BOX, BOX))
+GENERAL = {*convex.FUNCTIONS, *multiccd.FUNCTIONS}  # pairs through the GJK/EPA path (MuJoCo's mjc_Convex)
 
 
 def rbound(t, s):
@@ -90,7 +91,8 @@ def poses(pair, rng, n=20):
             out.append((p1, quat_z_to(normal), p2, q2))
         else:
             p1 = 0.3 * rng.normal(size=3)
-            lo, hi = (0.35, 0.85) if pair in convex.FUNCTIONS else (0.15, 1.1)  # convex: mostly shallow (see DEEPEST)
+            lo, hi = (0.15, 1.1) if pair not in GENERAL else (0.4, 0.7) if pair in multiccd.FUNCTIONS else (0.35, 0.85)
+            # general convex pairs: mostly shallow (see DEEPEST)
             d = unit(rng.normal(size=3)) * (rbound(t1, s1) + rbound(t2, s2)) * rng.uniform(lo, hi)
             out.append((p1, random_quat(rng), p1 + d, q2))
     return out + degenerate_poses(pair)
@@ -137,6 +139,24 @@ def degenerate_poses(pair):
         return rest(s1[2] + s2[1] - 0.01) + [(up(0) + [s1[0] + s2[0] - 0.01, 0, 0], IDQ, up(0), IDQ)] + coincident
     if pair == (ELLIPSOID, BOX):  # on the top face
         return rest(s1[2] + s2[2] - 0.01) + coincident
+    # multiccd manifolds: flat features resting on each other, exactly (ties, symmetric
+    # clipping) and tilted by 1-2 degrees (every discrete choice fixed: FD-checked)
+    def tilted(deg, axis, yaw, q=IDQ):
+        out = np.zeros(4)
+        mujoco.mju_mulQuat(out, quat_axis_angle(axis, np.radians(deg)), q)
+        mujoco.mju_mulQuat(out, quat_axis_angle([0, 0, 1], np.radians(yaw)), out)
+        return out
+
+    lie = lambda h: (up(h) + [0.03, 0.02, 0], tilted(1.0, [1, 0, 0], 30, lying), up(0), IDQ)  # noqa: E731
+    stand = lambda h: (up(h) + [0.05, 0.03, 0], tilted(2.0, [1, 1, 0], 10), up(0), IDQ)  # noqa: E731
+    if pair == (CAPSULE, CYLINDER):  # lying across the cap, ends overhanging
+        return [(up(s1[0] + s2[1] - 0.01), lying, up(0), IDQ), lie(s1[0] + s2[1] - 0.004)] + coincident
+    if pair == (CYLINDER, CYLINDER):  # equal caps stacked exactly, lying across a cap
+        return (rest(s1[1] + s2[1] - 0.01) + [(up(s1[0] + s2[1] - 0.01), lying, up(0), IDQ)]
+                + [stand(s1[1] + s2[1] - 0.002), lie(s1[0] + s2[1] - 0.004)] + coincident)
+    if pair == (CYLINDER, BOX):  # standing on the top face (overhanging it), lying on it
+        return (rest(s1[1] + s2[2] - 0.01) + [(up(s1[0] + s2[2] - 0.01), lying, up(0), IDQ)]
+                + [stand(s1[1] + s2[2] - 0.002), lie(s1[0] + s2[2] - 0.004)] + coincident)
     return []
 
 
@@ -145,10 +165,10 @@ def mujoco_batch(pair):
     """Poses run through MuJoCo, with and without margin: geom frames, sizes, margins, contacts."""
     rng = np.random.default_rng(sum(pair) * 7 + pair[0])
     frames, margins, contacts = [], [], []
-    for margin in (0.0, MARGIN):
+    for margin in (0.0,) if pair in multiccd.FUNCTIONS else (0.0, MARGIN):  # io refuses margins there
         m = mujoco.MjModel.from_xml_string(xml(pair, margin))
         d = mujoco.MjData(m)
-        for p1, q1, p2, q2 in poses(pair, rng, n=40 if pair in convex.FUNCTIONS else 20):
+        for p1, q1, p2, q2 in poses(pair, rng, n=40 if pair in GENERAL else 20):
             if pair[0] == PLANE:  # the plane sits on a mocap body
                 d.mocap_pos[0], d.mocap_quat[0] = p1, q1
                 d.qpos[:] = np.concatenate([p2, q2])
@@ -157,7 +177,7 @@ def mujoco_batch(pair):
             mujoco.mj_forward(m, d)
             con = d.contact[: d.ncon]
             assert np.all(con.geom == [0, 1]), con.geom
-            if pair in convex.FUNCTIONS and np.any(con.dist < DEEPEST):
+            if pair in GENERAL and np.any(con.dist < DEEPEST):
                 continue
             frames.append((d.geom_xpos.copy(), d.geom_xmat.reshape(-1, 3, 3).copy()))
             margins.append(margin)
@@ -170,7 +190,7 @@ def mujoco_batch(pair):
     return jax.tree.map(jnp.asarray, (g1, g2)), jnp.asarray(margins), contacts
 
 
-BATCH = 512  # every evaluation is padded to this batch: one compilation per pair
+BATCH = 768  # every evaluation is padded to this batch: one compilation per pair
 
 
 @functools.cache
@@ -204,7 +224,7 @@ def test_matches_mujoco(pair):
     (g1, g2), margin, contacts = mujoco_batch(pair)
     (_, col), grads = evaluate(pair, g1, g2, margin)
     assert col.valid.shape[1] == FUNCTIONS[pair][1]
-    tol = CONVEX_TOL if pair in convex.FUNCTIONS else {"dist": TOL, "pos": TOL, "frame": TOL}
+    tol = CONVEX_TOL if pair in GENERAL else {"dist": TOL, "pos": TOL, "frame": TOL}
     for leaf in (col.dist, col.pos, col.frame, *jax.tree.leaves(grads)):
         assert np.all(np.isfinite(leaf))  # invalid slots and separated poses included
     n_contact = 0
@@ -244,7 +264,7 @@ def gradient_configs(pair):
             break
     # exact degenerate configurations: grads must be finite; FD too where the function stays smooth
     smooth = {(PLANE, CAPSULE): [1], (PLANE, BOX): [0], (PLANE, ELLIPSOID): [0], (PLANE, SPHERE): [0], (CAPSULE, CAPSULE): [0],
-              **{pair: [0] for pair in convex.FUNCTIONS}, (ELLIPSOID, CYLINDER): [0, 1]}
+              **{pair: [0] for pair in convex.FUNCTIONS}, (CAPSULE, CYLINDER): [1], (CYLINDER, CYLINDER): [2, 3], (CYLINDER, BOX): [2, 3], (ELLIPSOID, CYLINDER): [0, 1]}
     degenerate = [(cfg, i in smooth.get(pair, []), False) for i, cfg in enumerate(degenerate_poses(pair))]
     far = (np.zeros(3), IDQ, np.array([0.0, 0.0, 3.0]), IDQ)
     return generic + degenerate + [(far, True, False)]

@@ -93,7 +93,8 @@ def _cross(a, b, one):
 
 def _normalize(v, one):
     """mju_normalize3: v * (1/|v|), (1, 0, 0) below mjMINVAL."""
-    norm = jnp.sqrt(_dot(v, v, one))
+    sq = _dot(v, v, one)
+    norm = jnp.where(sq > 0, jnp.sqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)  # finite gradient at 0
     small = norm < MINVAL
     inv = 1.0 / jnp.where(small, 1.0, norm)
     return jnp.where(small[..., None], jnp.array([1.0, 0.0, 0.0], v.dtype), v * inv[..., None])
@@ -139,8 +140,8 @@ def _faces(kind: int, g: GeomFrame, one):
 
 
 def _edge(kind: int, g: GeomFrame, witness, towards, one):
-    """The line feature: capsule surface line through `witness`, or cylinder side line
-    through its support point in direction `towards`. Returns (2, 3) endpoints, unit dir."""
+    """The line feature: the capsule's surface line through `witness`, or the cylinder's side
+    line through its support point along `towards`, cap to cap. Returns (2, 3) endpoints, axis."""
     axis = g.mat[:, 2]
     if kind == CAPSULE:
         rel = witness - g.pos
@@ -254,7 +255,7 @@ def _farthest_pair(poly, m, one):
     return jnp.where(flat[k] > 0, jnp.stack([k // MAXV, k % MAXV]), jnp.array([0, 1]))
 
 
-def _manifold(ref, nref, incident, nincident, n, direction, limit: int, one):
+def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: int, one):
     """polygonClip: clipped points, reduced to `limit`, as (w1, w2, d) witnesses + mask."""
     poly, m = _clip(ref, nref, incident, nincident, n, one)
     idx = jnp.arange(MAXV)
@@ -266,6 +267,11 @@ def _manifold(ref, nref, incident, nincident, n, direction, limit: int, one):
     pair = ~quad & (nincident == 2) & (m >= 3)
     chosen = jnp.where(quad, _quad(poly, m, one), jnp.arange(4))
     chosen = jnp.where(pair, jnp.concatenate([_farthest_pair(poly, m, one), jnp.arange(2, 4)]), chosen)[:limit]
+    # an edge's two points in order along it (MuJoCo's order follows its EPA; this one stays
+    # put when round-off picks the other of two coincident clip points)
+    edge_key = jax.lax.stop_gradient(_dot(poly[chosen[:2]], edge_axis, one))
+    swap = pair & (edge_key[0] > edge_key[1])
+    chosen = jnp.where(swap, chosen.at[:2].set(chosen[1::-1][:2]), chosen)
     valid = jnp.arange(limit) < jnp.where(quad, 4, jnp.where(pair, 2, m))
     v = poly[chosen]
     w1 = v - _mul(n, _dot(v - ref[0], n, one)[:, None], one)
@@ -287,7 +293,6 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         base = single(g1, g2, margin)
         one = margin * 0.0 + 1.0  # a 1 that XLA cannot constant-fold (see _mul)
         n, dist = base.frame[0, 0], base.dist[0]
-        x1 = base.pos[0] - 0.5 * dist * n
         direction = jax.lax.stop_gradient(dist * n)  # x2 - x1
         tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction, one))
         ns = jax.lax.stop_gradient(n)
@@ -316,27 +321,28 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         aligned = aligned & (_dot(n1s, n2s, one) < -FACE_TOLERANCE)
 
         # edge-face: geom 1's edge on geom 2's face, or the mirror image
-        edge1, axis1 = _edge(k1, g1, x1, ns, one)
+        x1 = base.pos[0] - 0.5 * dist * n  # witness on geom 1
+        edge1, axis1 = _edge(k1, g1, x1, n, one)
         edge_pick1 = (dim1 != 3) & has2 & (~has1 | (dim1 <= dim2))
         match1 = jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s, one)) < EDGE_TOLERANCE
         match1 = match1 & (_dot(n2s, direction, one) > MINVAL)
         use1 = ~aligned & edge_pick1 & match1
         if k2 == CYLINDER and k1 != CAPSULE:
-            x2 = base.pos[0] + 0.5 * dist * n
-            edge2, axis2 = _edge(k2, g2, x2, -ns, one)
+            edge2, axis2 = _edge(k2, g2, base.pos[0] + 0.5 * dist * n, -n, one)
             edge_pick2 = (dim2 != 3) & has1 & (~has2 | (dim2 <= dim1))
             match2 = jnp.abs(_dot(jax.lax.stop_gradient(axis2), n1s, one)) < EDGE_TOLERANCE
             match2 = match2 & (_dot(n1s, -direction, one) > MINVAL)
             use2 = ~aligned & ~edge_pick1 & edge_pick2 & match2
         else:
-            edge2, use2 = edge1, jnp.array(False)
+            edge2, axis2, use2 = edge1, axis1, jnp.array(False)
 
         # one clip call: reference face, incident polygon, normals for the chosen case
         where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
         ref, nref, rn = where(use1, (f2, c2, n2), (f1, c1, n1))
         inc, ninc = where(aligned, _pad(f2, c2), _pad(where(use1, edge1, edge2), 2))
         rdir = jnp.where(aligned, n2, jnp.where(use1, -n2, -n1))
-        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, limit, one)
+        edge_axis = jax.lax.stop_gradient(jnp.where(use1, axis1, axis2))
+        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
         p1, p2 = where(use1, (w2, w1), (w1, w2))
         active = (aligned | use1 | use2) & jnp.any(ok)
         active = active & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
