@@ -471,9 +471,7 @@ def convex_contact(k1: int, k2: int) -> Callable:
 
 
 # MuJoCo 4 sends capsule-cylinder, cylinder-cylinder and cylinder-box to mjc_Convex too,
-# but builds 2-4 point manifolds for them (a cylinder standing or lying on a box face);
-# a single minimum-translation contact would silently differ there, so they stay
-# unsupported (io raises UnsupportedFeatureError naming them).
+# and builds 2-4 point manifolds for them: `multiccd` wraps this single contact for those.
 PAIRS = [
     (SPHERE, ELLIPSOID),
     (CAPSULE, ELLIPSOID),
