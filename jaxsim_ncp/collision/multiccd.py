@@ -299,14 +299,23 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction, one))
         ns = jax.lax.stop_gradient(n)
 
-        def face_of(kind, g, towards):
-            """(has, normal, polygon (16, 3), count, dim) of the face MuJoCo's feature names."""
+        def face_of(kind, g, towards, partner=None):
+            """(has, normal, polygon (16, 3), count, dim) of the face MuJoCo's feature names.
+
+            A box's feature faces are those facing the other shape (the faces at its support
+            corner): the one most anti-parallel to `partner` (the other shape's face normal),
+            else the one facing it most. A cylinder's is the cap on the contact side when the
+            contact is not on its side.
+            """
             normals, polys, counts = _faces(kind, g, one)
             facing = jax.lax.stop_gradient(normals @ towards)
             if kind == BOX:
                 k = jnp.argmax(facing)
+                if partner is not None:
+                    anti = jax.lax.stop_gradient(normals @ partner)
+                    k = jnp.where(partner @ towards != 0, jnp.argmin(jnp.where(facing > 0, anti, jnp.inf)), k)
                 return jnp.array(True), normals[k], polys[k], counts[k], 3
-            k = jnp.argmax(facing)  # the cap on the contact side
+            k = jnp.argmax(facing)
             has = jnp.abs(jax.lax.stop_gradient(jnp.dot(g.mat[:, 2], towards))) > EDGE_TOLERANCE
             return has, normals[k], polys[k], counts[k], jnp.where(has, 1, 2)
 
@@ -316,11 +325,15 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         else:
             has1, n1, f1, c1, dim1 = face_of(k1, g1, ns)
         has2, n2, f2, c2, dim2 = face_of(k2, g2, -ns)
-        n1s, n2s = jax.lax.stop_gradient((n1, n2))
+        if k2 == BOX and k1 == CYLINDER:  # face-face: the box face most anti-parallel to the cap
+            has2f, n2f, f2f, c2f, _ = face_of(k2, g2, -ns, jax.lax.stop_gradient(jnp.where(has1, n1, 0.0)))
+        else:
+            has2f, n2f, f2f, c2f = has2, n2, f2, c2
+        n1s, n2s, n2fs = jax.lax.stop_gradient((n1, n2, n2f))
 
         # face-face: anti-parallel within FACE_TOLERANCE, each facing the other shape
-        aligned = has1 & has2 & (_dot(n1s, direction, one) < -tol) & (_dot(n2s, direction, one) > tol)
-        aligned = aligned & (_dot(n1s, n2s, one) < -FACE_TOLERANCE)
+        aligned = has1 & has2f & (_dot(n1s, direction, one) < -tol) & (_dot(n2fs, direction, one) > tol)
+        aligned = aligned & (_dot(n1s, n2fs, one) < -FACE_TOLERANCE)
 
         # edge-face: geom 1's edge on geom 2's face, or the mirror image
         x1 = base.pos[0] - 0.5 * dist * n  # witness on geom 1
@@ -329,20 +342,20 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         match1 = jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s, one)) < EDGE_TOLERANCE
         match1 = match1 & (_dot(n2s, direction, one) > MINVAL)
         use1 = ~aligned & edge_pick1 & match1
-        if k2 == CYLINDER and k1 != CAPSULE:
+        if k2 == CYLINDER and k1 != CAPSULE:  # geom 2's side on geom 1's cap
             edge2, axis2 = _edge(k2, g2, base.pos[0] + 0.5 * dist * n, -n, one)
-            edge_pick2 = (dim2 != 3) & has1 & (~has2 | (dim2 <= dim1))
+            edge_pick2 = ~edge_pick1 & (dim2 != 3) & has1 & (~has2 | (dim2 <= dim1))
             match2 = jnp.abs(_dot(jax.lax.stop_gradient(axis2), n1s, one)) < EDGE_TOLERANCE
             match2 = match2 & (_dot(n1s, -direction, one) > MINVAL)
-            use2 = ~aligned & ~edge_pick1 & edge_pick2 & match2
+            use2 = ~aligned & edge_pick2 & match2
         else:
             edge2, axis2, use2 = edge1, axis1, jnp.array(False)
 
         # one clip call: reference face, incident polygon, normals for the chosen case
         where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
         ref, nref, rn = where(use1, (f2, c2, n2), (f1, c1, n1))
-        inc, ninc = where(aligned, _pad(f2, c2), _pad(where(use1, edge1, edge2), 2))
-        rdir = jnp.where(aligned, n2, jnp.where(use1, -n2, -n1))
+        inc, ninc = where(aligned, _pad(f2f, c2f), _pad(where(use1, edge1, edge2), 2))
+        rdir = jnp.where(aligned, n2f, jnp.where(use1, -n2, -n1))
         edge_axis = jax.lax.stop_gradient(jnp.where(use1, axis1, axis2))
         w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
         p1, p2 = where(use1, (w2, w1), (w1, w2))
