@@ -190,7 +190,9 @@ def mujoco_batch(pair):
     return jax.tree.map(jnp.asarray, (g1, g2)), jnp.asarray(margins), contacts
 
 
-BATCH = 768  # every evaluation is padded to this batch: one compilation per pair
+def batch_size(pair):
+    """Every evaluation of a pair is padded to this batch: one compilation per pair."""
+    return 768 if pair in multiccd.FUNCTIONS else 512  # more FD-checked configurations there
 
 
 @functools.cache
@@ -208,13 +210,13 @@ def value_and_grad(pair):
 
 def evaluate(pair, g1, g2, margin):
     """((loss, Collision), (grad g1, grad g2)) for a batch of geom pairs, as numpy arrays."""
-    n = len(margin)
-    assert n <= BATCH
-    pad = lambda a: jnp.concatenate([a, jnp.broadcast_to(a[:1], (BATCH - n, *a.shape[1:]))])  # noqa: E731
+    n, batch = len(margin), batch_size(pair)
+    assert n <= batch
+    pad = lambda a: jnp.concatenate([a, jnp.broadcast_to(a[:1], (batch - n, *a.shape[1:]))])  # noqa: E731
     rng = np.random.default_rng(1)
     slots = FUNCTIONS[pair][1]
     w = (rng.normal(size=slots), rng.normal(size=(slots, 3)), rng.normal(size=(slots, 3, 3)))
-    w = jax.tree.map(lambda a: jnp.broadcast_to(jnp.asarray(a), (BATCH, *a.shape)), w)
+    w = jax.tree.map(lambda a: jnp.broadcast_to(jnp.asarray(a), (batch, *a.shape)), w)
     out = value_and_grad(pair)(*jax.tree.map(pad, (g1, g2, jnp.asarray(margin))), w)
     return jax.tree.map(lambda a: np.asarray(a)[:n], out)
 
