@@ -60,14 +60,16 @@ SCENES = {
         # a capsule across a cylinder cap (2), a box on a cylinder cap (4). A cap fully inside a face
         # clips to a regular 16-gon whose 4 kept vertices MuJoCo picks by round-off: reproduced
         # bit for bit from the same geom frames (test_collision_primitives), not through geom
-        # frames that differ in the last bit, so c1 overhangs the box edge
+        # frames that differ in the last bit, so c1 overhangs the box edge.
+        # contype/conaffinity keep only the intended pairs (one compiled group per pair type)
         _scene(
-            '<geom type="box" pos="1 0 .1" size=".3 .3 .1"/><geom type="cylinder" pos="-1 0 .1" size=".2 .1"/>'
-            + '<geom type="cylinder" pos="0 1 .1" size=".2 .1"/>'
-            + _free("c1", ".95 -.27 .2795", ".9888 0 0 .1494", '<geom type="cylinder" size=".06 .08"/>')
-            + _free("c2", "1.1 .15 .2495", ".7071 .7071 0 0", '<geom type="cylinder" size=".05 .1"/>')
-            + _free("k3", "-1 0 .2295", ".6533 .6533 .2706 .2706", '<geom type="capsule" size=".03 .12"/>')
-            + _free("b4", ".05 1.02 .2495", ".995 0 0 .0998", '<geom type="box" size=".08 .06 .05"/>'),
+            '<geom type="box" pos="1 0 .1" size=".3 .3 .1" contype="0" conaffinity="6"/>'
+            + '<geom type="cylinder" pos="-1 0 .1" size=".2 .1" contype="0" conaffinity="8"/>'
+            + '<geom type="cylinder" pos="0 1 .1" size=".2 .1" contype="0" conaffinity="16"/>'
+            + _free("c1", ".95 -.27 .2795", ".9888 0 0 .1494", '<geom type="cylinder" size=".06 .08" contype="2" conaffinity="0"/>')
+            + _free("c2", "1.1 .15 .2495", ".7071 .7071 0 0", '<geom type="cylinder" size=".05 .1" contype="4" conaffinity="0"/>')
+            + _free("k3", "-1 0 .2295", ".6533 .6533 .2706 .2706", '<geom type="capsule" size=".03 .12" contype="8" conaffinity="0"/>')
+            + _free("b4", ".05 1.02 .2495", ".995 0 0 .0998", '<geom type="box" size=".08 .06 .05" contype="16" conaffinity="0"/>'),
             option='ccd_tolerance="1e-13" ccd_iterations="500"',
         ),
         [0, 0, 0, 0, 0, 0, 0, 0.3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.0],  # c2 slides along its axis, b4 spins
