@@ -42,6 +42,7 @@ from jaxtyping import Array, Float
 from ..math import make_frame
 from .base import Collision, GeomFrame
 from .convex import CAPSULE, CYLINDER, BOX, convex_contact
+from .primitives import _compact
 
 MINVAL = 1e-15
 FACE_TOLERANCE = 0.996  # cos of the largest angle between "parallel" faces
@@ -185,10 +186,8 @@ def _clip(ref, nref, poly, npoly, n, one):
         point = _mul(t[:, None], Q - P, one) + P
         emit = jnp.stack([cross_ok, live & in_q], axis=1).reshape(-1)  # per vertex: [crossing, Q]
         cand = jnp.stack([point, Q], axis=1).reshape(-1, 3)
-        rank = jnp.cumsum(emit) - 1
-        select = emit[None, :] & (rank[None, :] == idx[:, None])  # (MAXV, 2 MAXV) one-hot rows
-        new = select.astype(poly.dtype) @ cand
-        new_n = jnp.minimum(jnp.sum(emit), MAXV)
+        new, kept = _compact(cand, emit, MAXV)
+        new_n = jnp.sum(kept)
         apply = (e < nref) & (npoly > 0)
         return jnp.where(apply, new, poly), jnp.where(apply, new_n, npoly)
 
@@ -260,9 +259,8 @@ def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: in
     poly, m = _clip(ref, nref, incident, nincident, n, one)
     idx = jnp.arange(MAXV)
     keep = (idx < m) & ~(_dot(poly - ref[0], n, one) > 0.0)  # drop points above the reference plane
-    rank = jnp.cumsum(keep) - 1
-    select = keep[None, :] & (rank[None, :] == idx[:, None])
-    poly, m = select.astype(poly.dtype) @ poly, jnp.sum(keep)
+    poly, kept = _compact(poly, keep, MAXV)
+    m = jnp.sum(kept)
     quad = m >= 5
     pair = ~quad & (nincident == 2) & (m >= 3)
     chosen = jnp.where(quad, _quad(poly, m, one), jnp.arange(4))
@@ -299,7 +297,7 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction, one))
         ns = jax.lax.stop_gradient(n)
 
-        def face_of(kind, g, towards, partner=None):
+        def face_of(kind, g, faces, towards, partner=None):
             """(has, normal, polygon (16, 3), count, dim) of the face MuJoCo's feature names.
 
             A box's feature faces are those facing the other shape (the faces at its support
@@ -307,7 +305,7 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
             else the one facing it most. A cylinder's is the cap on the contact side when the
             contact is not on its side.
             """
-            normals, polys, counts = _faces(kind, g, one)
+            normals, polys, counts = faces
             facing = jax.lax.stop_gradient(normals @ towards)
             if kind == BOX:
                 k = jnp.argmax(facing)
@@ -323,10 +321,11 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         if k1 == CAPSULE:
             has1, n1, f1, c1, dim1 = jnp.array(False), zero, jnp.zeros((16, 3), n.dtype), 0, 1
         else:
-            has1, n1, f1, c1, dim1 = face_of(k1, g1, ns)
-        has2, n2, f2, c2, dim2 = face_of(k2, g2, -ns)
+            has1, n1, f1, c1, dim1 = face_of(k1, g1, _faces(k1, g1, one), ns)
+        faces2 = _faces(k2, g2, one)
+        has2, n2, f2, c2, dim2 = face_of(k2, g2, faces2, -ns)
         if k2 == BOX and k1 == CYLINDER:  # face-face: the box face most anti-parallel to the cap
-            has2f, n2f, f2f, c2f, _ = face_of(k2, g2, -ns, jax.lax.stop_gradient(jnp.where(has1, n1, 0.0)))
+            has2f, n2f, f2f, c2f, _ = face_of(k2, g2, faces2, -ns, jax.lax.stop_gradient(jnp.where(has1, n1, 0.0)))
         else:
             has2f, n2f, f2f, c2f = has2, n2, f2, c2
         n1s, n2s, n2fs = jax.lax.stop_gradient((n1, n2, n2f))
