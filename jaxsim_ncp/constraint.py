@@ -7,6 +7,7 @@ that do not exist at this state.
 
     impedance  d(r) from solimp (eq. "impedance"), r = pos - margin
     R        = max(mjMINVAL, (1 - d) / d * diagApprox)          diagApprox from invweight0
+               (and R >= 100 eps diagApprox: binds only in float32, see _PRECISION_FLOOR)
     aref     = -b (J v) - k d r,   k = 1/(dmax^2 tc^2 dr^2), b = 2/(dmax tc)  (standard solref)
                                    k = -solref[0]/dmax^2, b = -solref[1]/dmax  (direct solref)
 """
@@ -25,6 +26,11 @@ from .types import Data, JointType, Model
 MINVAL = 1e-15  # mjMINVAL
 _MINIMP, _MAXIMP = 0.0001, 0.9999  # mjMINIMP, mjMAXIMP
 _CONNECT, _WELD, _JOINT = 0, 1, 2  # mjtEq
+# R >= _PRECISION_FLOOR * eps * diagApprox: the stiffest row the working precision can resolve.
+# Never binds in float64 (MuJoCo's own extremes, mu = 1e-5 in a pyramid, give R ~ 1e-11 diagApprox),
+# binds in float32 where a pyramid with mu < ~0.01 asks for D ~ 1/mu^2 that H = M + J^T D J and the
+# residual J a - aref cannot represent (the Newton step and its implicit gradient turned to NaN).
+_PRECISION_FLOOR = 100.0
 
 
 class Rows(NamedTuple):
@@ -334,6 +340,7 @@ def make_efc(model: Model, data: Data) -> Efc:
     mu = jnp.zeros((layout.ncon,), model.dtype)
     if layout.ncon:
         R, mu = _contact_regularizer(model, data, R)
+    R = jnp.maximum(R, _PRECISION_FLOOR * jnp.finfo(R.dtype).eps * rows.diag_approx)
     D = 1.0 / R
     tc, dr = solref[:, 0], solref[:, 1]
     k_std = 1.0 / jnp.maximum(MINVAL, dmax**2 * tc**2 * dr**2)

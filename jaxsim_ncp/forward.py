@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import actuation, constraint, math, passive, smooth
+from . import actuation, constraint, linalg, math, passive, smooth
 from .collision import collide
 from .integrate import fixed
 from .solver import newton
@@ -29,7 +29,7 @@ def forward(model: Model, data: Data) -> Data:
         data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
         + smooth.xfrc_to_qfrc(model, data)
     )
-    qacc_smooth = math.solve_spd(data.qM, qfrc_smooth)
+    qacc_smooth = linalg.solve_spd(data.qM, qfrc_smooth)
     data = data.replace(qfrc_smooth=qfrc_smooth, qacc_smooth=qacc_smooth)
     return _constraint_solve(model, data)
 

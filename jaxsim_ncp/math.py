@@ -9,7 +9,6 @@ vectors and identity rotations (Taylor branches behind a double `where`).
 from __future__ import annotations
 
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 from jaxtyping import Array, Float
 
 _SMALL_SQ = 1e-6  # below this squared angle the Taylor branches are exact to ~1e-21
@@ -118,13 +117,6 @@ def quat_to_rotvec(q: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
 def quat_sub(qa: Float[Array, "... 4"], qb: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
     """Angular displacement taking qb to qa, in qb's frame (mju_subQuat)."""
     return quat_to_rotvec(quat_mul(quat_conj(qb), qa))
-
-
-def solve_spd(matrix: Float[Array, "n n"], rhs: Float[Array, " n"]) -> Float[Array, " n"]:
-    """matrix^-1 rhs for a symmetric positive-definite matrix (Cholesky)."""
-    if matrix.shape[0] == 0:
-        return rhs
-    return jsl.cho_solve(jsl.cho_factor(matrix, lower=True), rhs)
 
 
 # ---------------------------------------------------------------- spatial algebra

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
+from .. import linalg
 from ..math import make_frame, safe_norm
 from .base import Collision, GeomFrame
 
@@ -125,7 +126,7 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
         kkt = kkt.at[:4, :4].set(jnp.where(both, gram, jnp.eye(4, dtype=w.dtype)))
         kkt = kkt.at[:4, 4].set(sub.astype(w.dtype)).at[4, :4].set(sub.astype(w.dtype))
         rhs = jnp.zeros(5, w.dtype).at[4].set(1.0)
-        lam = jnp.linalg.solve(kkt, rhs)[:4]
+        lam = linalg.solve(kkt, rhs)[:4]
         lam = jnp.where(sub, lam, 0.0)
         ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & jnp.all(jnp.isfinite(lam))
         # a tetrahedron with all-positive coordinates contains the origin: distance 0 exactly
@@ -295,7 +296,7 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
 def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], radius_dir: Float[Array, "3"]):
     """(sigma0, active): the witness's subgradient coordinates and which kinks it sits in."""
     s = g.size
-    local = jnp.linalg.solve(g.mat, witness - g.pos - radius_dir)  # inverse of the support's map
+    local = linalg.solve(g.mat, witness - g.pos - radius_dir)  # inverse of the support's map
     inside = 1.0 - KINK_TOLERANCE
     if kind == CAPSULE:
         sigma = jnp.array([0.0, 0.0, local[2] / s[1]])
@@ -384,7 +385,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
             # damped least squares: exact Newton where the solution is unique, minimal change
             # (keeping EPA's witness) where it is not (parallel faces)
             mu = 1e-12 * (1.0 + jnp.trace(jac.T @ jac))
-            dx = jnp.linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
+            dx = linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
             return x - dx
 
         x = jnp.zeros(8, n0.dtype).at[2:5].set(jnp.where(act1, sig1, 0.0)).at[5:8].set(jnp.where(act2, sig2, 0.0))

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import math, smooth
+from .. import linalg, math, smooth
 from ..actuation import actuator_velocity_derivative, next_activation
 from ..types import Data, JointType, Model
 
@@ -48,7 +48,7 @@ def euler(model: Model, data: Data) -> Data:
     if model.opt.disabled("eulerdamp") or model.opt.disabled("damper") or model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
-    qacc = math.solve_spd(data.qM + model.opt.timestep * jnp.diag(model.dof_damping), force)
+    qacc = linalg.solve_spd(data.qM + model.opt.timestep * jnp.diag(model.dof_damping), force)
     return advance(model, data, data.act_dot, qacc)
 
 
@@ -105,9 +105,9 @@ def implicitfast(model: Model, data: Data) -> Data:
     force = data.qfrc_smooth + data.qfrc_constraint
     gyro = _rigid_free_tree_gyroscopic(model, data)
     if gyro is None:
-        qacc = math.solve_spd(data.qM - model.opt.timestep * qderiv, force)
+        qacc = linalg.solve_spd(data.qM - model.opt.timestep * qderiv, force)
     else:  # the gyroscopic block is not symmetric: LU
-        qacc = jnp.linalg.solve(data.qM - model.opt.timestep * (qderiv + gyro), force)
+        qacc = linalg.solve(data.qM - model.opt.timestep * (qderiv + gyro), force)
     return advance(model, data, data.act_dot, qacc)
 
 

@@ -17,8 +17,9 @@ from typing import Any, Callable, TypeVar
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
+
+from .. import linalg
 
 Theta = TypeVar("Theta")
 X = jax.Array
@@ -35,10 +36,10 @@ def _dense_lu(residual: Callable[[X, Any], X]):
     """Default factorization: LU of the dense Jacobian dg/dx (fine for small x)."""
 
     def factorize(x, theta):
-        return jsl.lu_factor(jax.jacfwd(residual)(x, theta))
+        return linalg.lu_factor(jax.jacfwd(residual)(x, theta))
 
     def solve_transposed(factor, b):
-        return jsl.lu_solve(factor, b, trans=1)
+        return linalg.lu_solve(factor, b, trans=True)
 
     return factorize, solve_transposed
 

@@ -23,10 +23,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 from jaxtyping import Array, Float
 
+from .. import linalg
 from ..constraint import Efc
 from ..types import Model
 from .implicit import implicit_solver
@@ -257,7 +257,7 @@ def solve(
     if opt.grad_mode == "implicit":
         residual = functools.partial(_residual, kinds=kinds)
         factorize = functools.partial(_factorize_hessian, kinds=kinds)
-        minimize = implicit_solver(minimize, residual, factorize, _cho_solve)
+        minimize = implicit_solver(minimize, residual, factorize, linalg.cho_solve)
         qacc0, scale = jax.lax.stop_gradient((qacc0, scale))
     qacc, count = minimize(problem, (qacc0, scale))
     st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
@@ -281,11 +281,7 @@ def _factorize_hessian(qacc, problem: Problem, kinds: RowKinds):
     """Cholesky factor of the cost Hessian M + J^T H_s J at qacc (the Jacobian of `_residual`)."""
     cone = _cone_data(problem.efc, problem.friction, kinds)
     st = _state_at(qacc, problem, kinds, cone)
-    return jsl.cho_factor(_hessian(problem.M, problem.efc, st.quad, st.middle, kinds, cone), lower=True)[0]
-
-
-def _cho_solve(lower_factor, b):
-    return jsl.cho_solve((lower_factor, True), b)
+    return linalg.cho_factor(_hessian(problem.M, problem.efc, st.quad, st.middle, kinds, cone))
 
 
 def _minimize(
@@ -312,7 +308,7 @@ def _minimize(
     def newton_iteration(carry, _):
         st, done, count = carry
         H = _hessian(M, efc, st.quad, st.middle, kinds, cone)
-        p = -jsl.cho_solve(jsl.cho_factor(H, lower=True), st.grad)
+        p = -linalg.solve_spd(H, st.grad)
         Jp = efc.J @ p
         gauss = (0.5 * st.qacc @ st.Ma - st.qacc @ qfrc_smooth, p @ (st.Ma - qfrc_smooth), p @ M @ p)
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone)  # noqa: E731

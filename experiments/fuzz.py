@@ -1,0 +1,212 @@
+"""Fuzzing: random primitive scenes, batched rollouts and gradients, counts of failures.
+
+A scene is 1-4 free primitives (sphere, capsule, box, cylinder, ellipsoid) over a
+plane with random sizes, poses, velocities, frictions (zero included), solref/solimp
+and timestep; some start deeply interpenetrating. Each scene is compiled by MuJoCo
+(so masses and inertias are consistent with the sizes) and converted; scenes of one
+*structure* (geom types, solver settings) share one static pytree layout, so their
+models are stacked and a whole group runs as one vmapped, jitted program: one compile
+per structure, not per scene.
+
+Checked per scene: every state of the rollout and the gradient of a rollout loss with
+respect to the initial velocity and the geom frictions are finite; the solver and
+divergence flags; for scenes that start apart (no contact with dist < 0 in MuJoCo)
+the mechanical energy never rises above its start by more than a tolerance.
+
+    .venv/bin/python experiments/fuzz.py --scenes 10000 --steps 500   # the long study
+    .venv/bin/python experiments/fuzz.py --scenes 64 --steps 50        # a quick look
+
+`tests/test_fuzz.py` uses `make_group` and `check_group` on a few small groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+import jaxsim_ncp as jsn
+from jaxsim_ncp import smooth
+
+TYPES = ("sphere", "capsule", "box", "cylinder", "ellipsoid")
+
+
+@dataclasses.dataclass(frozen=True)
+class Structure:
+    """What must be equal for scenes to share one compiled program."""
+
+    types: tuple[str, ...]
+    condim: tuple[int, ...] = ()  # per body (default 3): static, it sets the number of constraint rows
+    cone: str = "pyramidal"
+    integrator: str = "euler"
+    iterations: int = 10
+    ls_iterations: int = 10
+    grad_mode: str = "implicit"
+
+
+def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
+    r = lambda lo, hi: float(rng.uniform(lo, hi))  # noqa: E731
+    if kind == "sphere":
+        return (r(0.02, 0.2),)
+    if kind in ("capsule", "cylinder"):
+        return (r(0.02, 0.15), r(0.02, 0.2))
+    if kind == "box":
+        return (r(0.02, 0.2), r(0.02, 0.2), r(0.02, 0.2))
+    return (r(0.03, 0.2), r(0.03, 0.2), r(0.03, 0.2))  # ellipsoid
+
+
+def _quat(rng: np.random.Generator) -> np.ndarray:
+    q = rng.normal(size=4)
+    return q / np.linalg.norm(q)
+
+
+def scene_xml(rng: np.random.Generator, structure: Structure) -> str:
+    """One random scene of the given structure (MJCF text)."""
+    bodies, placed = [], []
+    for i, kind in enumerate(structure.types):
+        size = _size(rng, kind)
+        if placed and rng.uniform() < 0.35:  # deep overlap with an earlier body
+            pos = placed[rng.integers(len(placed))] + rng.normal(scale=0.05, size=3)
+        else:
+            pos = np.array([rng.uniform(-0.4, 0.4), rng.uniform(-0.4, 0.4), rng.uniform(0.0, 0.8)])
+        pos[2] = max(pos[2], -0.05)  # at most slightly through the floor
+        placed.append(pos)
+        friction = (rng.choice([0.0, rng.uniform(0.05, 1.5)], p=[0.15, 0.85]), rng.uniform(0, 0.02), rng.uniform(0, 1e-3))
+        timeconst, dampratio = rng.uniform(0.01, 0.05), rng.uniform(0.3, 1.5)
+        dmin = rng.uniform(0.5, 0.95)
+        solimp = (dmin, rng.uniform(dmin, 0.999), rng.uniform(1e-3, 0.02), 0.5, 2)
+        condim = structure.condim[i] if structure.condim else 3
+        fmt = lambda v: " ".join(f"{x:.6g}" for x in v)  # noqa: E731
+        bodies.append(
+            f'<body name="b{i}" pos="{fmt(pos)}" quat="{fmt(_quat(rng))}"><freejoint/>'
+            f'<geom name="g{i}" type="{kind}" size="{fmt(size)}" friction="{fmt(friction)}" condim="{condim}" '
+            f'solref="{timeconst:.4g} {dampratio:.4g}" solimp="{fmt(solimp)}"/></body>'
+        )
+    timestep = rng.uniform(0.002, 0.01)
+    return f"""<mujoco><option timestep="{timestep:.4g}"/>
+<worldbody><geom name="floor" type="plane" size="5 5 0.1" friction="{rng.uniform(0.1, 1.2):.3g}"/>
+{"".join(bodies)}</worldbody></mujoco>"""
+
+
+@dataclasses.dataclass
+class Group:
+    structure: Structure
+    model: jsn.Model  # leaves stacked along a leading scene axis
+    qpos: np.ndarray  # (n, nq)
+    qvel: np.ndarray  # (n, nv)
+    apart: np.ndarray  # (n,) bool: no penetrating contact at the start (MuJoCo)
+
+
+def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
+    """n random scenes of one structure, their models stacked for vmap."""
+    rng = np.random.default_rng(seed)
+    models, qpos, qvel, apart = [], [], [], []
+    for _ in range(n):
+        mj = mujoco.MjModel.from_xml_string(scene_xml(rng, structure))
+        md = mujoco.MjData(mj)
+        mujoco.mj_forward(mj, md)
+        apart.append(all(md.contact[i].dist >= 0 for i in range(md.ncon)))
+        models.append(
+            jsn.from_mujoco(
+                mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,
+                ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, dtype=dtype,
+            )
+        )
+        qpos.append(md.qpos.copy())
+        v = np.concatenate([np.r_[rng.normal(scale=1.0, size=3), rng.normal(scale=3.0, size=3)] for _ in structure.types])
+        qvel.append(v)
+    model = jax.tree.map(lambda *xs: jnp.stack(xs), *models)
+    return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart))
+
+
+def energy(model: jsn.Model, data: jsn.Data) -> jax.Array:
+    """Kinetic plus gravitational potential energy at data.qpos, data.qvel (mj_energyPos + mj_energyVel)."""
+    d = smooth.crb(model, smooth.com_pos(model, smooth.kinematics(model, data)))
+    kinetic = 0.5 * d.qvel @ d.qM @ d.qvel
+    potential = -jnp.sum(model.body_mass * (d.xipos @ model.opt.gravity))
+    return kinetic + potential
+
+
+def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
+    """One scene: (all states finite, gradient finite, energies (steps+1,), diverged, gradient norm)."""
+    data = jsn.make_data(model).replace(qpos=qpos)
+    ctrl = jnp.zeros((steps, model.nu), model.dtype)
+
+    def loss(v0, friction):
+        m = eqx.tree_at(lambda m: m.geom_friction, model, friction)
+        final, traj = jsn.rollout(m, data.replace(qvel=v0), ctrl)
+        return jnp.sum(final.qpos[:3] ** 2) + jnp.sum(final.qvel**2), (final, traj)
+
+    (_, (final, traj)), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(qvel, model.geom_friction)
+    states_finite = jnp.all(jnp.isfinite(traj.qpos)) & jnp.all(jnp.isfinite(traj.qvel))
+    grad_finite = jnp.all(jnp.isfinite(grads[0])) & jnp.all(jnp.isfinite(grads[1]))
+    e0 = energy(model, data.replace(qvel=qvel))
+    energies = jnp.concatenate([e0[None], jax.vmap(lambda q, v: energy(model, data.replace(qpos=q, qvel=v)))(traj.qpos, traj.qvel)])
+    gnorm = jnp.sqrt(jnp.sum(grads[0] ** 2) + jnp.sum(grads[1] ** 2))
+    return states_finite, grad_finite, energies, final.diverged, gnorm
+
+
+def check_group(group: Group, steps: int):
+    """Run every scene of a group (one vmapped program); returns numpy results per scene."""
+    fn = jax.jit(jax.vmap(lambda m, q, v: rollout_check(m, q, v, steps)))
+    dt = group.model.dtype
+    out = fn(group.model, jnp.asarray(group.qpos, dt), jnp.asarray(group.qvel, dt))
+    return jax.tree.map(np.asarray, out)
+
+
+def energy_tolerance(energies: np.ndarray, model_mass: np.ndarray) -> np.ndarray:
+    """Allowed rise: 2% of the start energy's scale plus 1 mJ per kg (soft contact, discrete time)."""
+    scale = np.abs(energies[:, 0]) + np.max(np.abs(energies), axis=1)
+    return 0.02 * scale + 1e-3 * model_mass
+
+
+def random_structure(rng: np.random.Generator) -> Structure:
+    n = int(rng.integers(1, 5))
+    return Structure(
+        types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
+        condim=tuple(int(c) for c in rng.choice([1, 3, 4, 6], p=[0.1, 0.6, 0.15, 0.15], size=n)),
+        cone=str(rng.choice(["pyramidal", "elliptic"])),
+        integrator=str(rng.choice(["euler", "implicitfast", "rk4"])),
+        grad_mode=str(rng.choice(["implicit", "unroll"], p=[0.8, 0.2])),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenes", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--group", type=int, default=64, help="scenes per structure (one compile each)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--x64", action="store_true", help="float64 (default float32, what users run)")
+    args = parser.parse_args()
+    jax.config.update("jax_enable_x64", args.x64)
+    rng = np.random.default_rng(args.seed)
+    counts = collections.Counter()
+    start = time.time()
+    done = 0
+    while done < args.scenes:
+        structure = random_structure(rng)
+        n = min(args.group, args.scenes - done)
+        group = make_group(structure, n, seed=int(rng.integers(2**31)))
+        states_ok, grad_ok, energies, diverged, _ = check_group(group, args.steps)
+        mass = np.asarray(group.model.body_mass).sum(axis=1)
+        rise = energies.max(axis=1) - energies[:, 0]
+        energy_bad = group.apart & (rise > energy_tolerance(energies, mass))
+        counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok).sum()),
+                      diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()))
+        for i in np.nonzero(~states_ok | ~grad_ok | energy_bad)[0]:
+            print(f"  FAIL {structure} scene {i}: states {states_ok[i]} grad {grad_ok[i]} energy rise {rise[i]:.3g}", flush=True)
+        done += n
+        print(f"{done}/{args.scenes} scenes, {time.time() - start:.0f} s: {dict(counts)}", flush=True)
+    print("TOTAL", dict(counts))
+
+
+if __name__ == "__main__":
+    main()
