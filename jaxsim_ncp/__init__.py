@@ -2,14 +2,17 @@
 
 from .forward import forward, rollout, step
 from .io import MJCFError, check_model, from_mujoco, load_mjcf
-from .types import Data, Model, Option, UnsupportedFeatureError, make_data
+from .types import Data, Model, Option, UnsupportedFeatureError, WarningKind, make_data
+from .validate import ModelError
 
 __all__ = [
     "Data",
     "MJCFError",
     "Model",
+    "ModelError",
     "Option",
     "UnsupportedFeatureError",
+    "WarningKind",
     "check_model",
     "forward",
     "from_mujoco",

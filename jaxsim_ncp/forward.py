@@ -38,7 +38,10 @@ def _constraint_solve(model: Model, data: Data) -> Data:
     """Collision, constraint rows and the Newton solve (mj_collision, mj_makeConstraint, mj_fwdConstraint)."""
     layout = model.constraints
     if layout.nefc == 0:
-        return data.replace(qacc=data.qacc_smooth, qfrc_constraint=jnp.zeros_like(data.qacc_smooth))
+        return data.replace(
+            qacc=data.qacc_smooth, qfrc_constraint=jnp.zeros_like(data.qacc_smooth),
+            solver_niter=jnp.zeros((), jnp.int32), solver_converged=jnp.ones((), bool),
+        )  # fmt: skip
     if layout.ncon:
         data = data.replace(contact=collide(model, data))
     efc = constraint.make_efc(model, data)
@@ -53,6 +56,8 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         efc_aref=efc.aref,
         efc_force=sol.efc_force,
         efc_mask=efc.mask,
+        solver_niter=sol.iterations,
+        solver_converged=sol.converged,
     )
 
 
@@ -64,13 +69,22 @@ def _finite_or_zero(x):
     return jnp.where(jnp.isfinite(x), x, 0.0)
 
 
+def _bad(x: jax.Array, maxval: float) -> jax.Array:
+    """MuJoCo's mju_isBad over an array: any entry non-finite or beyond maxval in magnitude."""
+    return ~jnp.all(jnp.abs(x) <= maxval)  # NaN compares False
+
+
 def step(model: Model, data: Data) -> Data:
     """Advance one timestep with the model's integrator (mj_step).
 
-    A world whose controls, applied forces or new state are non-finite gets
-    `diverged=True` and keeps its last finite state (and time), so one bad world in a
-    vmapped batch never spreads NaN. Non-finite inputs are zeroed before use, so they
-    do not turn gradients with respect to shared parameters into NaN either.
+    Per-world checks (counted in `data.warning`, see `WarningKind`): a world with
+    non-finite controls or applied forces (BAD_INPUT; they are zeroed before use, so
+    gradients w.r.t. shared parameters stay finite) or whose acceleration or new state
+    is non-finite or beyond `opt.maxval` (BAD_QACC, BAD_QPOS, BAD_QVEL) gets
+    `diverged=True` and keeps its last good state (and time), or, with
+    `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
+    stops at its iteration limit counts a SOLVER warning. Every decision is per world,
+    so one bad world in a vmapped batch never changes the others.
     """
     ctrl, qfrc_applied, xfrc_applied = data.ctrl, data.qfrc_applied, data.xfrc_applied
     bad_input = ~_all_finite(ctrl, qfrc_applied, xfrc_applied)
@@ -89,18 +103,41 @@ def step(model: Model, data: Data) -> Data:
         new = fixed.rk4(model, data, forward)
     else:
         raise ValueError(f"unknown integrator {integrator!r}")
-    bad = data.diverged | bad_input | ~_all_finite(new.qpos, new.qvel, new.act)
-    keep = lambda old, fresh: jnp.where(bad, old, fresh)  # noqa: E731
+    maxval = model.opt.maxval
+    fired = jnp.stack([
+        bad_input,
+        _bad(new.qpos, maxval),
+        _bad(new.qvel, maxval) | _bad(new.act, maxval),
+        _bad(data.qacc, maxval),
+        ~data.solver_converged,
+    ])  # fmt: skip
+    fired = fired & ~data.diverged  # a frozen world checks nothing more
+    warning = data.warning + fired.astype(jnp.int32)
+    warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
+    bad = jnp.any(fired[:4])
+    if model.opt.auto_reset:
+        old = data.replace(
+            qpos=model.qpos0.astype(data.qpos.dtype), qvel=jnp.zeros_like(data.qvel), act=jnp.zeros_like(data.act),
+            time=new.time, qacc=jnp.zeros_like(data.qacc),
+        )  # fmt: skip
+        diverged = data.diverged
+    else:
+        old = data.replace(qacc=data.qacc_warmstart)
+        diverged = data.diverged | bad
+    bad = bad | data.diverged
+    keep = lambda previous, fresh: jnp.where(bad, previous, fresh)  # noqa: E731
     return new.replace(
-        qpos=keep(data.qpos, new.qpos),
-        qvel=keep(data.qvel, new.qvel),
-        act=keep(data.act, new.act),
-        time=keep(data.time, new.time),
+        qpos=keep(old.qpos, new.qpos),
+        qvel=keep(old.qvel, new.qvel),
+        act=keep(old.act, new.act),
+        time=keep(old.time, new.time),
         ctrl=ctrl,
         qfrc_applied=qfrc_applied,
         xfrc_applied=xfrc_applied,
-        qacc_warmstart=keep(data.qacc_warmstart, data.qacc),
-        diverged=bad,
+        qacc_warmstart=keep(old.qacc, data.qacc),
+        diverged=diverged,
+        warning=warning,
+        warning_time=warning_time,
     )
 
 

@@ -24,6 +24,7 @@ from .types import (
     UnsupportedFeatureError,
     default_dtype,
 )
+from .validate import check_model
 
 
 class MJCFError(ValueError):
@@ -73,6 +74,8 @@ def from_mujoco(
     cone: str | None = None,
     grad_mode: str = "implicit",
     collision_smoothing: float = 0.0,
+    maxval: float = 1e10,
+    auto_reset: bool = False,
     dtype=None,
     **later,
 ) -> Model:
@@ -106,6 +109,8 @@ def from_mujoco(
     if not (np.isfinite(collision_smoothing) and collision_smoothing >= 0):
         raise ValueError(f"collision_smoothing must be a finite length >= 0, got {collision_smoothing!r}")
 
+    if not (np.isfinite(maxval) and maxval > 0):
+        raise ValueError(f"maxval must be a finite positive bound, got {maxval!r}")
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
     _check_supported(m, disableflags)
 
@@ -127,6 +132,8 @@ def from_mujoco(
         disableflags=disableflags,
         grad_mode=grad_mode,
         collision_smoothing=float(collision_smoothing),
+        maxval=float(maxval),
+        auto_reset=bool(auto_reset),
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
@@ -227,34 +234,6 @@ def from_mujoco(
     )
     check_model(model)
     return model
-
-
-def check_model(model: Model) -> None:
-    """Raise ValueError naming the first non-physical parameter (host-side check).
-
-    Call it after editing parameters with `eqx.tree_at` outside of traced code.
-    """
-    for name, value in vars(model).items():
-        if hasattr(value, "dtype") and not bool(np.all(np.isfinite(np.asarray(value)))):
-            raise ValueError(f"model parameter {name} has non-finite values")
-    for name in ("timestep", "gravity"):
-        if not bool(np.all(np.isfinite(np.asarray(getattr(model.opt, name))))):
-            raise ValueError(f"model parameter opt.{name} is not finite")
-    if not float(model.opt.timestep) > 0:
-        raise ValueError(f"opt.timestep must be positive, got {float(model.opt.timestep)}")
-    mass = np.asarray(model.body_mass)
-    inertia = np.asarray(model.body_inertia)
-    jointed = np.asarray(model.topology.body_jntnum) > 0  # MuJoCo's rule: welded children may be massless
-    for b in np.nonzero(jointed)[0]:
-        name = model.topology.body_names[b] or f"#{b}"
-        if mass[b] <= 0:
-            raise ValueError(f"body {name!r} has non-positive body_mass {mass[b]}")
-        i1, i2, i3 = inertia[b]
-        if min(i1, i2, i3) < 0 or i1 + i2 < i3 or i1 + i3 < i2 or i2 + i3 < i1:
-            raise ValueError(f"body {name!r} has an invalid body_inertia {inertia[b]} (negative or violating the triangle inequality)")
-    for name in ("dof_damping", "dof_armature", "jnt_stiffness"):
-        if np.any(np.asarray(getattr(model, name)) < 0):
-            raise ValueError(f"model parameter {name} must be non-negative")
 
 
 # ------------------------------------------------------------------ feature checks

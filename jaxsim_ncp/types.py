@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 
 class UnsupportedFeatureError(ValueError):
@@ -43,6 +43,23 @@ class DynType(IntEnum):
     INTEGRATOR = 1
     FILTER = 2
     FILTEREXACT = 3
+
+
+class WarningKind(IntEnum):
+    """Per-world runtime checks: index into `Data.warning` (counts) and `Data.warning_time` (first firing).
+
+    Like MuJoCo's mjtWarning: BAD_QPOS/QVEL/QACC fire when a value is non-finite or
+    larger than `opt.maxval` in magnitude (MuJoCo's mjMAXVAL, 1e10).
+    """
+
+    BAD_INPUT = 0  # non-finite ctrl, qfrc_applied or xfrc_applied (zeroed before use)
+    BAD_QPOS = 1
+    BAD_QVEL = 2
+    BAD_QACC = 3
+    SOLVER = 4  # the constraint solver stopped at its iteration limit without converging
+
+
+NWARNING = len(WarningKind)
 
 
 class GainType(IntEnum):
@@ -298,6 +315,8 @@ class Option(eqx.Module):
     ls_tolerance: float = eqx.field(static=True, default=0.01)
     grad_mode: str = eqx.field(static=True, default="implicit")  # solver reverse mode: "implicit" | "unroll"
     collision_smoothing: float = eqx.field(static=True, default=0.0)  # length; 0: off (collision.smoothing)
+    maxval: float = eqx.field(static=True, default=1e10)  # |qpos|, |qvel|, |qacc| above this: diverged (mjMAXVAL)
+    auto_reset: bool = eqx.field(static=True, default=False)  # a diverged world restarts from qpos0 (mj_resetData)
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
@@ -424,7 +443,10 @@ class Data(eqx.Module):
     After `step`, qpos/qvel/act/time are the new state while the derived fields
     (xpos, qacc, ...) describe the state the step started from, as in MuJoCo.
     `diverged` is a per-world flag: it is set (and the state is frozen at its last
-    finite value) once a control or the integrated state is non-finite.
+    finite value) once a control or the integrated state is non-finite or beyond
+    `opt.maxval`; with `opt.auto_reset` the world restarts from qpos0 instead.
+    `warning[k]` counts the steps in which check `WarningKind(k)` fired and
+    `warning_time[k]` is the simulation time it first fired (-1: never).
     """
 
     time: Float[Array, ""]
@@ -437,6 +459,10 @@ class Data(eqx.Module):
     qacc: Float[Array, " nv"]
     act_dot: Float[Array, " na"]
     diverged: Bool[Array, ""]
+    warning: Int[Array, " nwarning"]
+    warning_time: Float[Array, " nwarning"]
+    solver_niter: Int[Array, ""]  # iterations the constraint solver used in the last forward
+    solver_converged: Bool[Array, ""]
     # kinematics
     xpos: Float[Array, "nbody 3"]
     xquat: Float[Array, "nbody 4"]
@@ -496,6 +522,10 @@ def make_data(model: Model) -> Data:
         qacc=z(model.nv),
         act_dot=z(model.na),
         diverged=jnp.zeros((), bool),
+        warning=jnp.zeros((NWARNING,), jnp.int32),
+        warning_time=jnp.full((NWARNING,), -1.0, dt),
+        solver_niter=jnp.zeros((), jnp.int32),
+        solver_converged=jnp.ones((), bool),
         xpos=z(nb, 3),
         xquat=jnp.tile(jnp.array([1.0, 0, 0, 0], dt), (nb, 1)),
         xmat=eye,

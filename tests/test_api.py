@@ -79,18 +79,6 @@ def test_overrides_and_errors():
     assert jsn.load_mjcf(ARM, grad_mode="unroll").opt.grad_mode == "unroll"
 
 
-def test_check_model_rejects_unphysical_parameters():
-    model = jsn.load_mjcf(ARM)
-    with pytest.raises(ValueError, match="body 'upper' has non-positive body_mass"):
-        jsn.check_model(eqx.tree_at(lambda m: m.body_mass, model, model.body_mass.at[2].set(-1.0)))
-    with pytest.raises(ValueError, match="dof_damping has non-finite"):
-        jsn.check_model(eqx.tree_at(lambda m: m.dof_damping, model, model.dof_damping.at[0].set(jnp.nan)))
-    with pytest.raises(ValueError, match="timestep"):
-        jsn.check_model(eqx.tree_at(lambda m: m.opt.timestep, model, jnp.asarray(-0.01)))
-    with pytest.raises(ValueError, match="triangle inequality"):
-        jsn.check_model(eqx.tree_at(lambda m: m.body_inertia, model, model.body_inertia.at[2].set(jnp.array([1.0, 0.1, 0.1]))))
-
-
 def test_rollout_shapes_and_ctrl_validation():
     model = jsn.load_mjcf(ARM)
     data = jsn.make_data(model)

@@ -213,6 +213,7 @@ class Solution(NamedTuple):
     efc_force: Float[Array, " nefc"]
     qfrc_constraint: Float[Array, " nv"]
     iterations: Array  # Newton iterations used
+    converged: Array  # bool: stopped by the tolerance, not by the iteration limit
 
 
 class Problem(NamedTuple):
@@ -259,9 +260,9 @@ def solve(
         factorize = functools.partial(_factorize_hessian, kinds=kinds)
         minimize = implicit_solver(minimize, residual, factorize, linalg.cho_solve)
         qacc0, scale = jax.lax.stop_gradient((qacc0, scale))
-    qacc, count = minimize(problem, (qacc0, scale))
+    qacc, (count, converged) = minimize(problem, (qacc0, scale))
     st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
-    return Solution(qacc, st.force, efc.J.T @ st.force, count)
+    return Solution(qacc, st.force, efc.J.T @ st.force, count, converged)
 
 
 def _state_at(qacc, problem: Problem, kinds: RowKinds, cone: _Cone | None) -> _State:
@@ -294,8 +295,8 @@ def _minimize(
     tolerance: float,
     ls_tolerance: float,
     early_exit: bool,
-) -> tuple[Array, Array]:
-    """Newton iterations from start = (qacc0, tolerance scale); returns (qacc, iterations used).
+) -> tuple[Array, tuple[Array, Array]]:
+    """Newton iterations from start = (qacc0, tolerance scale); returns (qacc, (iterations used, converged)).
 
     early_exit: a bounded `while_loop` that stops at convergence (vmapped, it runs until
     every world has converged, finished worlds frozen); otherwise a `scan` of exactly
@@ -325,12 +326,12 @@ def _minimize(
     done0 = scale * jnp.sqrt(jnp.sum(st0.grad**2)) < tolerance
     init = (st0, done0, jnp.zeros((), jnp.int32))
     if early_exit:  # not differentiated (implicit mode): stop once converged, at most `iterations`
-        st, _, count = jax.lax.while_loop(
+        st, done, count = jax.lax.while_loop(
             lambda c: ~c[1] & (c[2] < iterations), lambda c: newton_iteration(c, None)[0], init
         )
     else:
-        (st, _, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
-    return st.qacc, count
+        (st, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+    return st.qacc, (count, done)
 
 
 def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float, early_exit: bool):

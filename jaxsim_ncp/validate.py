@@ -1,0 +1,145 @@
+"""Host-side validation of a Model: every error names the field, the element and, in a batch, the world.
+
+`check_model` runs at load (`from_mujoco`) and should be called after editing
+parameters with `eqx.tree_at` outside of traced code. It accepts a single model or a
+batch of models stacked along leading axes (as `jax.vmap` over models uses them).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .types import JointType, Model
+
+_GEOM_SIZES = {2: 1, 3: 2, 4: 3, 5: 2, 6: 3}  # sphere, capsule, ellipsoid, cylinder, box: sizes used
+_SHAPE_SPEC = re.compile(r"[\"']\s*([^\"']*)[\"']")
+
+
+class ModelError(ValueError):
+    """A model parameter is invalid (non-finite, unphysical or of the wrong size)."""
+
+
+def _element(model: Model, field: str, index: int) -> str:
+    """'body "arm"', 'joint "hinge" (dof 2)', 'geom #3', ... for entry `index` of `field`."""
+    topo = model.topology
+
+    def named(kind: str, names: tuple[str, ...], i: int) -> str:
+        return f'{kind} "{names[i]}"' if i < len(names) and names[i] else f"{kind} #{i}"
+
+    if field.startswith("body_"):
+        return named("body", topo.body_names, index)
+    if field.startswith("jnt_"):
+        return named("joint", topo.jnt_names, index)
+    if field.startswith("dof_"):
+        return named("joint", topo.jnt_names, topo.dof_jntid[index]) + f" (dof {index})"
+    if field in ("qpos0", "qpos_spring"):
+        joint = max(j for j, adr in enumerate(topo.jnt_qposadr) if adr <= index)
+        return named("joint", topo.jnt_names, joint) + f" (qpos {index})"
+    if field.startswith("geom_"):
+        return named("geom", topo.geom_names, index)
+    if field.startswith("actuator_"):
+        return named("actuator", topo.actuator_names, index)
+    if field.startswith("pair_"):
+        return f"contact pair #{index}"
+    if field.startswith("eq_"):
+        return f"equality #{index}"
+    return "option"
+
+
+def _expected_shape(model: Model, field: str) -> tuple[int | None, ...] | None:
+    """Shape from the field's jaxtyping annotation ("nbody 3" -> (nbody, 3)); None entries are free."""
+    annotation = type(model).__annotations__.get(field, "")
+    match = _SHAPE_SPEC.search(str(annotation))
+    if match is None:
+        return None
+    sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu,
+             "ngeom": model.ngeom, "neq": len(model.eq_obj1id)}  # fmt: skip
+    dims = match.group(1).split()
+    return tuple(int(d) if d.isdigit() else sizes.get(d) for d in dims)
+
+
+class _Checker:
+    def __init__(self, model: Model):
+        self.model = model
+        self.batch_ndim = np.ndim(model.body_mass) - 1  # leading axes of a stacked batch of models
+
+    def fail(self, field: str, bad: np.ndarray, what: str, element_axis: bool = True) -> None:
+        """Raise naming the first True entry of `bad` (batch axes first, then the element index)."""
+        if not np.any(bad):
+            return
+        where = np.argwhere(bad)[0]
+        world = f" in world {tuple(int(i) for i in where[: self.batch_ndim])}" if self.batch_ndim else ""
+        element = ""
+        if element_axis and len(where) > self.batch_ndim:
+            element = f" of {_element(self.model, field, int(where[self.batch_ndim]))}"
+        raise ModelError(f"{field}{element}{world}: {what}")
+
+    def leaf(self, field: str) -> np.ndarray:
+        if field.startswith("opt."):
+            return np.asarray(getattr(self.model.opt, field[4:]))
+        return np.asarray(getattr(self.model, field))
+
+
+def check_model(model: Model) -> None:
+    """Raise ModelError naming the first invalid parameter: field, element (by name) and world."""
+    c = _Checker(model)
+    arrays = [f for f, v in vars(model).items() if hasattr(v, "dtype") and hasattr(v, "shape")]
+    for field in arrays:  # sizes: an edit with eqx.tree_at must keep each field's shape
+        expected = _expected_shape(model, field)
+        shape = np.shape(getattr(model, field))[c.batch_ndim :]
+        if expected is not None and (
+            len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape))
+        ):
+            raise ModelError(f"{field} has shape {shape}, expected {tuple('?' if e is None else e for e in expected)}")
+    for field in arrays + ["opt.timestep", "opt.gravity", "opt.impratio"]:
+        c.fail(field, ~np.isfinite(c.leaf(field)), "non-finite value")
+
+    c.fail("opt.timestep", ~(c.leaf("opt.timestep") > 0), "must be positive", element_axis=False)
+    c.fail("opt.impratio", ~(c.leaf("opt.impratio") > 0), "must be positive", element_axis=False)
+
+    topo = model.topology
+    moving = np.asarray(topo.body_jntnum) > 0  # MuJoCo's rule: welded (jointless) children may be massless
+    mass, inertia = c.leaf("body_mass"), c.leaf("body_inertia")
+    c.fail("body_mass", (mass < 0) | (moving & ~(mass > 0)), "must be positive for a moving body (non-negative otherwise)")
+    c.fail("body_inertia", np.any((inertia < 0) | (moving[:, None] & ~(inertia > 0)), axis=-1),
+           "principal inertias must be positive for a moving body (non-negative otherwise)")  # fmt: skip
+    i1, i2, i3 = inertia[..., 0], inertia[..., 1], inertia[..., 2]
+    slack = 1e-6 * (i1 + i2 + i3)
+    c.fail("body_inertia", (i1 + i2 < i3 - slack) | (i1 + i3 < i2 - slack) | (i2 + i3 < i1 - slack),
+           "principal inertias violate the triangle inequality (no rigid body has them)")  # fmt: skip
+
+    for field in ("dof_damping", "dof_armature", "dof_frictionloss", "jnt_stiffness", "jnt_margin",
+                  "geom_margin", "geom_gap", "pair_margin", "pair_gap"):  # fmt: skip
+        c.fail(field, c.leaf(field) < 0, "must be non-negative")
+    for field in ("geom_friction", "pair_friction"):
+        c.fail(field, np.any(c.leaf(field) < 0, axis=-1), "friction coefficients must be non-negative")
+
+    size = c.leaf("geom_size")
+    gtype = np.asarray(topo.geom_type)
+    used = np.arange(3)[None, :] < np.asarray([_GEOM_SIZES.get(int(t), 0) for t in gtype])[:, None]
+    c.fail("geom_size", np.any(used & ~(size > 0), axis=-1), "sizes must be positive")
+
+    for field in ("dof_solref", "jnt_solref", "geom_solref", "pair_solref", "pair_solreffriction", "eq_solref"):
+        ref = c.leaf(field)
+        standard_bad = (ref[..., 0] > 0) & ~(ref[..., 1] > 0)  # negative damping ratio
+        direct_bad = (ref[..., 0] <= 0) & (ref[..., 1] > 0)  # negative damping
+        c.fail(field, standard_bad | direct_bad,
+               "invalid solref: (timeconst > 0, dampratio > 0) or (-stiffness <= 0, -damping <= 0)")  # fmt: skip
+    for field in ("dof_solimp", "jnt_solimp", "geom_solimp", "pair_solimp", "eq_solimp"):
+        imp = c.leaf(field)
+        bad = (
+            (imp[..., 0] < 0) | (imp[..., 0] > 1) | (imp[..., 1] < 0) | (imp[..., 1] > 1) | (imp[..., 2] < 0)
+            | (imp[..., 3] <= 0) | (imp[..., 3] >= 1) | (imp[..., 4] < 1)
+        )  # fmt: skip
+        c.fail(field, bad, "invalid solimp: need 0 <= dmin, dmax <= 1, width >= 0, 0 < midpoint < 1, power >= 1")
+
+    for field, limited in (("actuator_ctrlrange", topo.actuator_ctrllimited),
+                           ("actuator_forcerange", topo.actuator_forcelimited),
+                           ("actuator_actrange", topo.actuator_actlimited)):  # fmt: skip
+        rng = c.leaf(field)
+        c.fail(field, np.asarray(limited, bool) & (rng[..., 0] > rng[..., 1]), "range lower bound exceeds upper bound")
+    quat_joint = np.asarray([t in (JointType.FREE, JointType.BALL) for t in topo.jnt_type], bool)
+    jrange = c.leaf("jnt_range")
+    c.fail("jnt_range", ~quat_joint & (jrange[..., 0] > jrange[..., 1]), "range lower bound exceeds upper bound")

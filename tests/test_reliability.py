@@ -1,0 +1,168 @@
+"""Reliability: no deadlock-prone kernels, clear errors for bad parameters, per-world
+failure flags that never leak into other worlds, bitwise determinism."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+from jaxsim_ncp import linalg
+
+# a free box and a capsule on a plane, a motor-driven hinge pendulum: contacts, a limit, ctrl
+SCENE = """
+<mujoco>
+  <option timestep="0.005"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="3 3 0.1"/>
+    <body name="box" pos="0 0 0.099"><freejoint/><geom name="box" type="box" size="0.1 0.1 0.1"/></body>
+    <body name="capsule" pos="0.3 0 0.3" euler="0 80 0"><freejoint/>
+      <geom name="capsule" type="capsule" size="0.05 0.1"/></body>
+    <body name="pendulum" pos="-0.5 0 0.6">
+      <joint name="swing" type="hinge" axis="0 1 0" range="-1 1" limited="true" damping="0.05"/>
+      <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.3" size="0.03" contype="0" conaffinity="0"/>
+    </body>
+  </worldbody>
+  <actuator><motor name="drive" joint="swing" gear="2"/></actuator>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope="module")
+def scene():
+    return jsn.load_mjcf(SCENE, iterations=20, ls_iterations=20, maxval=1e4)
+
+
+def _custom_calls(text: str) -> list[str]:
+    return sorted({line.strip()[:120] for line in text.splitlines() if "custom_call" in line})
+
+
+@pytest.mark.parametrize("grad_mode", ["implicit", "unroll"])
+def test_batched_step_and_gradient_use_no_lapack_kernels(grad_mode):
+    """jaxlib's batched CPU LAPACK kernels block XLA pool threads on work scheduled to the same
+    pool and deadlock when several run at once (issue #11): no program of ours may contain them."""
+    model = jsn.load_mjcf(SCENE, grad_mode=grad_mode, integrator="implicitfast")
+    data = jsn.make_data(model)
+    batch = jnp.zeros((4, model.nv))
+
+    def loss(v):
+        final, _ = jsn.rollout(model, data.replace(qvel=v), jnp.zeros((2, model.nu)))
+        return jnp.sum(final.qpos**2)
+
+    step_text = jax.jit(jax.vmap(lambda v: jsn.step(model, data.replace(qvel=v)))).lower(batch).as_text()
+    grad_text = jax.jit(jax.vmap(jax.grad(loss))).lower(batch).as_text()
+    assert _custom_calls(step_text) == [] and _custom_calls(grad_text) == []
+
+
+def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
+    rng = np.random.default_rng(0)
+    for n in (1, 5, 12):  # unrolled and looped paths
+        b = rng.normal(size=(n, n))
+        a = b @ b.T + n * np.eye(n)
+        r = rng.normal(size=n)
+        np.testing.assert_allclose(linalg.cho_factor(a), np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(linalg.solve_spd(a, r), np.linalg.solve(a, r), rtol=1e-10)
+        np.testing.assert_allclose(linalg.solve(b, r), np.linalg.solve(b, r), rtol=1e-8)
+        np.testing.assert_allclose(linalg.lu_solve(linalg.lu_factor(b), r, trans=True), np.linalg.solve(b.T, r), rtol=1e-8)
+        # gradients through custom_linear_solve equal those of the LAPACK path
+        f = lambda solve, m: jnp.sum(jnp.sin(solve(m, jnp.asarray(r))))  # noqa: E731
+        np.testing.assert_allclose(jax.grad(lambda m: f(linalg.solve_spd, m))(a), jax.grad(lambda m: f(jnp.linalg.solve, m))(a), rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(jax.grad(lambda m: f(linalg.solve, m))(b), jax.grad(lambda m: f(jnp.linalg.solve, m))(b), rtol=1e-6, atol=1e-10)
+    # positive definite, but beyond float32's precision: finite factor instead of NaN
+    u = np.linalg.qr(rng.normal(size=(6, 6)))[0]
+    a32 = jnp.asarray(u @ np.diag([1e11, 1e3, 1.0, 1e-2, 1e-3, 1e-3]) @ u.T, jnp.float32)
+    assert np.all(np.isfinite(np.asarray(linalg.cho_factor(a32))))
+    assert np.all(np.isfinite(np.asarray(linalg.solve_spd(a32, jnp.ones(6, jnp.float32)))))
+
+
+BAD_PARAMETERS = [
+    (lambda m: m.body_mass, lambda m: m.body_mass.at[1].set(-1.0), 'body_mass of body "box".*positive'),
+    (lambda m: m.body_mass, lambda m: m.body_mass.at[3].set(0.0), 'body_mass of body "pendulum"'),
+    (lambda m: m.body_inertia, lambda m: m.body_inertia.at[2].set(jnp.array([1.0, 0.1, 0.1])), 'body_inertia of body "capsule".*triangle'),
+    (lambda m: m.body_inertia, lambda m: m.body_inertia.at[1, 0].set(-1e-3), 'body_inertia of body "box".*positive'),
+    (lambda m: m.geom_friction, lambda m: m.geom_friction.at[2, 0].set(-0.1), 'geom_friction of geom "capsule".*non-negative'),
+    (lambda m: m.geom_size, lambda m: m.geom_size.at[1, 2].set(0.0), 'geom_size of geom "box".*positive'),
+    (lambda m: m.geom_solref, lambda m: m.geom_solref.at[1].set(jnp.array([0.02, -1.0])), 'geom_solref of geom "box".*solref'),
+    (lambda m: m.geom_solimp, lambda m: m.geom_solimp.at[2, 1].set(1.5), 'geom_solimp of geom "capsule".*solimp'),
+    (lambda m: m.jnt_solimp, lambda m: m.jnt_solimp.at[2, 4].set(0.5), 'jnt_solimp of joint "swing".*power'),
+    (lambda m: m.dof_damping, lambda m: m.dof_damping.at[12].set(jnp.nan), 'dof_damping of joint "swing" \\(dof 12\\): non-finite'),
+    (lambda m: m.dof_armature, lambda m: m.dof_armature.at[12].set(-1.0), 'dof_armature of joint "swing".*non-negative'),
+    (lambda m: m.geom_pos, lambda m: m.geom_pos.at[0, 2].set(jnp.inf), 'geom_pos of geom "floor": non-finite'),
+    (lambda m: m.actuator_gear, lambda m: m.actuator_gear.at[0, 0].set(jnp.nan), 'actuator_gear of actuator "drive": non-finite'),
+    (lambda m: m.opt.timestep, lambda m: jnp.asarray(0.0), "opt.timestep: must be positive"),
+    (lambda m: m.opt.gravity, lambda m: m.opt.gravity.at[2].set(jnp.nan), "opt.gravity.*non-finite"),
+    (lambda m: m.geom_size, lambda m: m.geom_size[:2], r"geom_size has shape \(2, 3\), expected \(4, 3\)"),
+]
+
+
+@pytest.mark.parametrize("where,value,message", BAD_PARAMETERS)
+def test_check_model_names_field_and_element(scene, where, value, message):
+    with pytest.raises(jsn.ModelError, match=message):
+        jsn.check_model(eqx.tree_at(where, scene, value(scene)))
+
+
+def test_check_model_names_the_world_of_a_stacked_batch(scene):
+    batch = jax.tree.map(lambda x: jnp.stack([x] * 3), scene)
+    jsn.check_model(batch)
+    bad = eqx.tree_at(lambda m: m.body_mass, batch, batch.body_mass.at[2, 1].set(-2.0))
+    with pytest.raises(jsn.ModelError, match=r'body_mass of body "box" in world \(2,\)'):
+        jsn.check_model(bad)
+
+
+def test_load_time_overrides_are_validated():
+    with pytest.raises(jsn.ModelError, match="opt.timestep"):
+        jsn.load_mjcf(SCENE, timestep=-0.01)
+    with pytest.raises(ValueError, match="maxval"):
+        jsn.load_mjcf(SCENE, maxval=float("nan"))
+
+
+def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_deterministic(scene):
+    """64 worlds: one NaN control, one exploding under a huge applied force; the other 62 are
+    bit-identical to a clean run of the same program, and repeated runs are bit-identical."""
+    model = scene
+    data = jsn.make_data(model)
+    worlds, steps = 64, 30
+    rng = np.random.default_rng(1)
+    qvel = jnp.asarray(rng.normal(scale=0.5, size=(worlds, model.nv)))
+    ctrl = jnp.asarray(rng.uniform(-1, 1, size=(worlds, steps, model.nu)))
+    force = jnp.zeros((worlds, model.nv))
+    run = jax.jit(jax.vmap(lambda v, u, f: jsn.rollout(model, data.replace(qvel=v, qfrc_applied=f), u)[1]))
+    clean = run(qvel, ctrl, force)
+    again = run(qvel, ctrl, force)
+    for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(a, b)
+
+    nan_world, exploding_world = 5, 40
+    dirty = run(qvel, ctrl.at[nan_world, 7, 0].set(jnp.nan), force.at[exploding_world, 0].set(1e9))
+    others = np.setdiff1d(np.arange(worlds), [nan_world, exploding_world])
+    for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(dirty)):
+        np.testing.assert_array_equal(np.asarray(a)[others], np.asarray(b)[others])
+    assert not np.any(np.asarray(clean.diverged))
+    final_flags = np.asarray(dirty.diverged[:, -1])
+    assert np.nonzero(final_flags)[0].tolist() == [nan_world, exploding_world]
+
+    warning = np.asarray(dirty.warning[:, -1])
+    when = np.asarray(dirty.warning_time[:, -1])
+    assert warning[nan_world, jsn.WarningKind.BAD_INPUT] == 1
+    assert when[nan_world, jsn.WarningKind.BAD_INPUT] == pytest.approx(7 * 0.005)
+    assert warning[exploding_world, jsn.WarningKind.BAD_QVEL] == 1
+    assert np.all(warning[others, : jsn.WarningKind.SOLVER] == 0)
+    # the diverged worlds keep their last good state, finite
+    assert np.all(np.isfinite(np.asarray(dirty.qpos)))
+    np.testing.assert_array_equal(dirty.qpos[nan_world, 7], dirty.qpos[nan_world, 6])
+    # one world, unbatched, gives the same numbers as its lane of the batch
+    single = jax.jit(lambda v, u: jsn.rollout(model, data.replace(qvel=v), u)[1])(qvel[0], ctrl[0])
+    np.testing.assert_allclose(single.qpos, clean.qpos[0], rtol=1e-12, atol=1e-12)
+
+
+def test_auto_reset_restarts_a_diverged_world_from_qpos0():
+    model = jsn.load_mjcf(SCENE, auto_reset=True, maxval=1e3)
+    data = jsn.make_data(model)
+    force = jnp.zeros(model.nv).at[0].set(1e8)  # the box is flung beyond maxval in the first step
+    final = jax.jit(jsn.step)(model, data.replace(qfrc_applied=force))
+    assert not bool(final.diverged)
+    assert int(final.warning[jsn.WarningKind.BAD_QVEL]) == 1
+    np.testing.assert_array_equal(final.qpos, model.qpos0)
+    np.testing.assert_array_equal(final.qvel, jnp.zeros(model.nv))
+    assert float(final.time) == pytest.approx(0.005)
