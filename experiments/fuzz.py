@@ -141,7 +141,7 @@ def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
 
     def loss(v0, friction):
         m = eqx.tree_at(lambda m: m.geom_friction, model, friction)
-        final, traj = jsn.rollout(m, data.replace(qvel=v0), ctrl)
+        final, traj = jsn.rollout(m, data.replace(qvel=v0), ctrl, checkpoint=50 if steps > 50 else False)
         return jnp.sum(final.qpos[:3] ** 2) + jnp.sum(final.qvel**2), (final, traj)
 
     (_, (final, traj)), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(qvel, model.geom_friction)
@@ -153,11 +153,14 @@ def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
     return states_finite, grad_finite, energies, final.diverged, gnorm
 
 
+_batched_check = jax.jit(jax.vmap(rollout_check, in_axes=(0, 0, 0, None)), static_argnums=3)
+
+
 def check_group(group: Group, steps: int):
-    """Run every scene of a group (one vmapped program); returns numpy results per scene."""
-    fn = jax.jit(jax.vmap(lambda m, q, v: rollout_check(m, q, v, steps)))
+    """Run every scene of a group (one vmapped program, compiled once per structure and
+    batch size); returns numpy results per scene."""
     dt = group.model.dtype
-    out = fn(group.model, jnp.asarray(group.qpos, dt), jnp.asarray(group.qvel, dt))
+    out = _batched_check(group.model, jnp.asarray(group.qpos, dt), jnp.asarray(group.qvel, dt), steps)
     return jax.tree.map(np.asarray, out)
 
 

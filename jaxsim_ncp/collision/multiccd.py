@@ -134,7 +134,7 @@ def _faces(kind: int, g: GeomFrame, one):
     r, h = g.size[0], g.size[1]
     caps = []
     for sgn in (1.0, -1.0):
-        local = jnp.stack([r * _COS16, (-sgn * r) * _SIN16, jnp.full(16, sgn * h)], axis=-1)
+        local = jnp.stack([r * jnp.asarray(_COS16, r.dtype), (-sgn * r) * jnp.asarray(_SIN16, r.dtype), jnp.full(16, sgn * h)], axis=-1)
         caps.append(_to_world(g, local, one))
     axis = g.mat[:, 2]
     return jnp.stack([axis, -axis]), jnp.stack(caps), jnp.full(2, 16)
