@@ -52,14 +52,13 @@ class Structure:
 
 
 def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
-    r = lambda lo, hi: float(rng.uniform(lo, hi))  # noqa: E731
-    if kind == "sphere":
-        return (r(0.02, 0.2),)
-    if kind in ("capsule", "cylinder"):
-        return (r(0.02, 0.15), r(0.02, 0.2))
-    if kind == "box":
-        return (r(0.02, 0.2), r(0.02, 0.2), r(0.02, 0.2))
-    return (r(0.03, 0.2), r(0.03, 0.2), r(0.03, 0.2))  # ellipsoid
+    lo = 0.002 if rng.uniform() < 0.1 else 0.02  # sometimes degenerate (millimetre) sizes
+    count = {"sphere": 1, "capsule": 2, "cylinder": 2, "box": 3, "ellipsoid": 3}[kind]
+    return tuple(float(rng.uniform(lo, 0.2)) for _ in range(count))
+
+
+_EDGE = np.array([np.cos(np.pi / 8), np.sin(np.pi / 8), 0.0, 0.0])  # 45 deg about x: a box on an edge
+_CORNER = np.array([0.88807383, 0.32505758, -0.32505758, 0.0])  # (1, 1, 1) / sqrt(3) to +z: on a corner
 
 
 def _quat(rng: np.random.Generator) -> np.ndarray:
@@ -67,25 +66,54 @@ def _quat(rng: np.random.Generator) -> np.ndarray:
     return q / np.linalg.norm(q)
 
 
+def _height_above_lowest_point(kind: str, size: tuple[float, ...], quat: np.ndarray) -> float:
+    """Centre height at which the geom exactly touches the plane z = 0 (its support along -z)."""
+    w, x, y, z = quat
+    up = np.array([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)])  # row 2 of R: world z in the geom frame
+    if kind == "sphere":
+        return size[0]
+    if kind == "capsule":
+        return size[0] + size[1] * abs(up[2])
+    if kind == "cylinder":
+        return size[1] * abs(up[2]) + size[0] * np.sqrt(max(0.0, 1 - up[2] ** 2))
+    if kind == "box":
+        return float(np.sum(np.abs(up) * np.asarray(size)))
+    return float(np.sqrt(np.sum((np.asarray(size) * up) ** 2)))  # ellipsoid
+
+
 def scene_xml(rng: np.random.Generator, structure: Structure) -> str:
-    """One random scene of the given structure (MJCF text)."""
-    bodies, placed = [], []
+    """One random scene of the given structure (MJCF text).
+
+    Each body is placed one of four ways: in the air; overlapping an earlier body deeply;
+    coincident with an earlier body (same pose); or exactly touching the floor, upright,
+    on an edge, on a corner or in a random orientation.
+    """
+    bodies, poses = [], []
+    fmt = lambda v: " ".join(f"{x:.17g}" for x in v)  # noqa: E731
     for i, kind in enumerate(structure.types):
         size = _size(rng, kind)
-        if placed and rng.uniform() < 0.35:  # deep overlap with an earlier body
-            pos = placed[rng.integers(len(placed))] + rng.normal(scale=0.05, size=3)
-        else:
+        mode = rng.choice(["air", "overlap", "coincident", "touching"], p=[0.35, 0.25, 0.1, 0.3]) if poses else (
+            rng.choice(["air", "touching"])
+        )  # fmt: skip
+        quat = _quat(rng)
+        if mode == "air":
             pos = np.array([rng.uniform(-0.4, 0.4), rng.uniform(-0.4, 0.4), rng.uniform(0.0, 0.8)])
+        elif mode == "overlap":
+            pos = poses[rng.integers(len(poses))][0] + rng.normal(scale=0.05, size=3)
+        elif mode == "coincident":
+            pos, quat = poses[rng.integers(len(poses))]
+        else:
+            quat = [np.array([1.0, 0, 0, 0]), _EDGE, _CORNER, quat][rng.integers(4)]
+            pos = np.array([rng.uniform(-0.4, 0.4), rng.uniform(-0.4, 0.4), _height_above_lowest_point(kind, size, quat)])
         pos[2] = max(pos[2], -0.05)  # at most slightly through the floor
-        placed.append(pos)
+        poses.append((pos.copy(), quat))
         friction = (rng.choice([0.0, rng.uniform(0.05, 1.5)], p=[0.15, 0.85]), rng.uniform(0, 0.02), rng.uniform(0, 1e-3))
         timeconst, dampratio = rng.uniform(0.01, 0.05), rng.uniform(0.3, 1.5)
         dmin = rng.uniform(0.5, 0.95)
         solimp = (dmin, rng.uniform(dmin, 0.999), rng.uniform(1e-3, 0.02), 0.5, 2)
         condim = structure.condim[i] if structure.condim else 3
-        fmt = lambda v: " ".join(f"{x:.6g}" for x in v)  # noqa: E731
         bodies.append(
-            f'<body name="b{i}" pos="{fmt(pos)}" quat="{fmt(_quat(rng))}"><freejoint/>'
+            f'<body name="b{i}" pos="{fmt(pos)}" quat="{fmt(quat)}"><freejoint/>'
             f'<geom name="g{i}" type="{kind}" size="{fmt(size)}" friction="{fmt(friction)}" condim="{condim}" '
             f'solref="{timeconst:.4g} {dampratio:.4g}" solimp="{fmt(solimp)}"/></body>'
         )
@@ -121,7 +149,7 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         )
         qpos.append(md.qpos.copy())
         v = np.concatenate([np.r_[rng.normal(scale=1.0, size=3), rng.normal(scale=3.0, size=3)] for _ in structure.types])
-        qvel.append(v)
+        qvel.append(v * (rng.uniform() > 0.25))  # a quarter of the scenes start at rest
     model = jax.tree.map(lambda *xs: jnp.stack(xs), *models)
     return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart))
 

@@ -21,7 +21,7 @@ import fuzz  # noqa: E402
 
 STRUCTURES = [
     fuzz.Structure(types=("sphere", "capsule", "box"), condim=(3, 1, 3), cone="pyramidal", integrator="euler"),
-    fuzz.Structure(types=("box", "sphere"), condim=(4, 3), cone="elliptic", integrator="implicitfast", grad_mode="unroll"),
+    fuzz.Structure(types=("box", "sphere"), condim=(4, 3), cone="elliptic", integrator="implicitfast"),
 ]
 SCENES, STEPS = 8, 5
 

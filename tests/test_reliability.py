@@ -38,16 +38,28 @@ def _custom_calls(text: str) -> list[str]:
     return sorted({line.strip()[:120] for line in text.splitlines() if "custom_call" in line})
 
 
+# a box on a plane and a limited hinge: every solve of the pipeline, small enough to trace quickly
+BOX_AND_HINGE = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="1 1 0.1"/>
+    <body pos="0 0 0.099"><freejoint/><geom type="box" size="0.1 0.1 0.1"/></body>
+    <body pos="0 1 1"><joint type="hinge" range="-1 1" limited="true"/><geom size="0.1" contype="0" conaffinity="0"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
 @pytest.mark.parametrize("grad_mode", ["implicit", "unroll"])
 def test_batched_step_and_gradient_use_no_lapack_kernels(grad_mode):
     """jaxlib's batched CPU LAPACK kernels block XLA pool threads on work scheduled to the same
     pool and deadlock when several run at once (issue #11): no program of ours may contain them."""
-    model = jsn.load_mjcf(SCENE, grad_mode=grad_mode, integrator="implicitfast")
+    model = jsn.load_mjcf(BOX_AND_HINGE, grad_mode=grad_mode, integrator="implicitfast")
     data = jsn.make_data(model)
     batch = jnp.zeros((4, model.nv))
 
     def loss(v):
-        final, _ = jsn.rollout(model, data.replace(qvel=v), jnp.zeros((2, model.nu)))
+        final, _ = jsn.rollout(model, data.replace(qvel=v), jnp.zeros((1, model.nu)))
         return jnp.sum(final.qpos**2)
 
     step_text = jax.jit(jax.vmap(lambda v: jsn.step(model, data.replace(qvel=v)))).lower(batch).as_text()
@@ -57,23 +69,28 @@ def test_batched_step_and_gradient_use_no_lapack_kernels(grad_mode):
 
 def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     rng = np.random.default_rng(0)
-    for n in (1, 5, 12):  # unrolled and looped paths
+    cho_factor, solve_spd, solve = jax.jit(linalg.cho_factor), jax.jit(linalg.solve_spd), jax.jit(linalg.solve)
+    lu_solve_t = jax.jit(lambda m, r: linalg.lu_solve(linalg.lu_factor(m), r, trans=True))
+    for n in (3, 12):  # unrolled and looped paths
         b = rng.normal(size=(n, n))
         a = b @ b.T + n * np.eye(n)
         r = rng.normal(size=n)
-        np.testing.assert_allclose(linalg.cho_factor(a), np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(linalg.solve_spd(a, r), np.linalg.solve(a, r), rtol=1e-10)
-        np.testing.assert_allclose(linalg.solve(b, r), np.linalg.solve(b, r), rtol=1e-8)
-        np.testing.assert_allclose(linalg.lu_solve(linalg.lu_factor(b), r, trans=True), np.linalg.solve(b.T, r), rtol=1e-8)
-        # gradients through custom_linear_solve equal those of the LAPACK path
-        f = lambda solve, m: jnp.sum(jnp.sin(solve(m, jnp.asarray(r))))  # noqa: E731
-        np.testing.assert_allclose(jax.grad(lambda m: f(linalg.solve_spd, m))(a), jax.grad(lambda m: f(jnp.linalg.solve, m))(a), rtol=1e-8, atol=1e-12)
-        np.testing.assert_allclose(jax.grad(lambda m: f(linalg.solve, m))(b), jax.grad(lambda m: f(jnp.linalg.solve, m))(b), rtol=1e-6, atol=1e-10)
+        np.testing.assert_allclose(cho_factor(a), np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(solve_spd(a, r), np.linalg.solve(a, r), rtol=1e-10)
+        np.testing.assert_allclose(solve(b, r), np.linalg.solve(b, r), rtol=1e-8)
+        np.testing.assert_allclose(lu_solve_t(b, r), np.linalg.solve(b.T, r), rtol=1e-8)
+        # gradients through custom_linear_solve: A_bar = -A^-T x_bar x^T, b_bar = A^-T x_bar
+        for mat, fn in ((a, linalg.solve_spd), (b, linalg.solve)):
+            x = np.linalg.solve(mat, r)
+            b_bar = np.linalg.solve(mat.T, np.cos(x))
+            g_mat, g_r = jax.jit(jax.grad(lambda m, v: jnp.sum(jnp.sin(fn(m, v))), argnums=(0, 1)))(mat, r)
+            np.testing.assert_allclose(g_r, b_bar, rtol=1e-8)
+            np.testing.assert_allclose(g_mat, -np.outer(b_bar, x), rtol=1e-8, atol=1e-12)
     # positive definite, but beyond float32's precision: finite factor instead of NaN
     u = np.linalg.qr(rng.normal(size=(6, 6)))[0]
     a32 = jnp.asarray(u @ np.diag([1e11, 1e3, 1.0, 1e-2, 1e-3, 1e-3]) @ u.T, jnp.float32)
-    assert np.all(np.isfinite(np.asarray(linalg.cho_factor(a32))))
-    assert np.all(np.isfinite(np.asarray(linalg.solve_spd(a32, jnp.ones(6, jnp.float32)))))
+    assert np.all(np.isfinite(np.asarray(cho_factor(a32))))
+    assert np.all(np.isfinite(np.asarray(solve_spd(a32, jnp.ones(6, jnp.float32)))))
 
 
 BAD_PARAMETERS = [
