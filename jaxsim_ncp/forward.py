@@ -115,26 +115,24 @@ def step(model: Model, data: Data) -> Data:
     warning = data.warning + fired.astype(jnp.int32)
     warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
     bad = jnp.any(fired[:4])
-    if model.opt.auto_reset:
-        old = data.replace(
-            qpos=model.qpos0.astype(data.qpos.dtype), qvel=jnp.zeros_like(data.qvel), act=jnp.zeros_like(data.act),
-            time=new.time, qacc=jnp.zeros_like(data.qacc),
-        )  # fmt: skip
+    if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
+        fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
+                    jnp.zeros_like(data.qacc_warmstart))  # fmt: skip
         diverged = data.diverged
-    else:
-        old = data.replace(qacc=data.qacc_warmstart)
+    else:  # freeze at the last good state
+        fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart)
         diverged = data.diverged | bad
-    bad = bad | data.diverged
-    keep = lambda previous, fresh: jnp.where(bad, previous, fresh)  # noqa: E731
+    fresh = (new.qpos, new.qvel, new.act, new.time, data.qacc)
+    qpos, qvel, act, time, warmstart = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
     return new.replace(
-        qpos=keep(old.qpos, new.qpos),
-        qvel=keep(old.qvel, new.qvel),
-        act=keep(old.act, new.act),
-        time=keep(old.time, new.time),
+        qpos=qpos,
+        qvel=qvel,
+        act=act,
+        time=time,
+        qacc_warmstart=warmstart,
         ctrl=ctrl,
         qfrc_applied=qfrc_applied,
         xfrc_applied=xfrc_applied,
-        qacc_warmstart=keep(old.qacc, data.qacc),
         diverged=diverged,
         warning=warning,
         warning_time=warning_time,

@@ -43,12 +43,14 @@ def _rows_loop(n: int, body, init):
 # ------------------------------------------------------------------ Cholesky
 
 
-def _cholesky_loops(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
-    """Lower Cholesky factor, column by column (left-looking): L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j]."""
+def cho_factor(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """Lower-triangular L with L L^T = a (a symmetric positive definite; pivots clamped, see above).
+
+    Column by column (left-looking): L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j].
+    """
     a = jnp.asarray(a)
     n = a.shape[-1]
     idx = jnp.arange(n)
-
     eps = jnp.finfo(a.dtype).eps
 
     def column(j, lower):
@@ -59,32 +61,15 @@ def _cholesky_loops(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     return _rows_loop(n, column, jnp.zeros_like(a))
 
 
-def cho_factor(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
-    """Lower-triangular L with L L^T = a (a symmetric positive definite; pivots clamped, see above)."""
-    return _cholesky_loops(a)
-
-
-def _forward_substitution(lower, b, unit_diagonal: bool = False):
-    """Solve L y = b, L lower triangular (b: (n,) or (n, k))."""
-    lower, b = jnp.asarray(lower), jnp.asarray(b)
-    n = lower.shape[0]
-
-    def row(i, y):
-        yi = b[i] - lower[i, :] @ y  # entries >= i of y are still zero
-        return y.at[i].set(yi if unit_diagonal else yi / lower[i, i])
-
-    return _rows_loop(n, row, jnp.zeros_like(b))
-
-
-def _back_substitution(upper, b, unit_diagonal: bool = False):
-    """Solve U x = b, U upper triangular (b: (n,) or (n, k))."""
-    upper, b = jnp.asarray(upper), jnp.asarray(b)
-    n = upper.shape[0]
+def _triangular_solve(t, b, lower: bool, unit_diagonal: bool = False):
+    """Solve T x = b for triangular T (b: (n,) or (n, k)): forward substitution if lower, else backward."""
+    t, b = jnp.asarray(t), jnp.asarray(b)
+    n = t.shape[0]
 
     def row(k, x):
-        i = n - 1 - k
-        xi = b[i] - upper[i, :] @ x  # entries <= i of x are still zero
-        return x.at[i].set(xi if unit_diagonal else xi / upper[i, i])
+        i = k if lower else n - 1 - k
+        xi = b[i] - t[i, :] @ x  # entries of x not solved yet are still zero
+        return x.at[i].set(xi if unit_diagonal else xi / t[i, i])
 
     return _rows_loop(n, row, jnp.zeros_like(b))
 
@@ -93,7 +78,7 @@ def cho_solve(lower: Float[Array, "n n"], b: Float[Array, "n ..."]) -> Float[Arr
     """a^-1 b from the factor of `cho_factor` (not differentiated: use `solve_spd` for gradients)."""
     if lower.shape[0] == 0:
         return b
-    return _back_substitution(lower.T, _forward_substitution(lower, b))
+    return _triangular_solve(lower.T, _triangular_solve(lower, b, lower=True), lower=False)
 
 
 def solve_spd(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n"]:
@@ -109,8 +94,8 @@ def solve_spd(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n
 # ------------------------------------------------------------------ LU (partial pivoting)
 
 
-def _lu_loops(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
-    """Doolittle LU with partial pivoting: a[perm] = L U, L unit lower and U upper packed in one matrix."""
+def lu_factor(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
+    """Doolittle LU with partial pivoting: (lu, perm) with a[perm] = L U, L unit lower and U upper packed in lu."""
     a = jnp.asarray(a)
     n = a.shape[-1]
     idx = jnp.arange(n, dtype=jnp.int32)
@@ -122,26 +107,19 @@ def _lu_loops(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, "
         lu, perm = lu[swap], perm[swap]
         below = idx > k
         factors = jnp.where(below, lu[:, k] / lu[k, k], 0.0)
-        lu = lu - jnp.outer(factors, jnp.where(idx > k, lu[k, :], 0.0))
+        lu = lu - jnp.outer(factors, jnp.where(below, lu[k, :], 0.0))
         lu = lu.at[:, k].set(jnp.where(below, factors, lu[:, k]))
         return lu, perm
 
     return _rows_loop(n, eliminate, (a, idx))
 
 
-def lu_factor(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
-    """(lu, perm) with a[perm] = L U (L unit lower, U upper, packed in lu)."""
-    return _lu_loops(a)
-
-
 def lu_solve(factor, b: Float[Array, "n ..."], trans: bool = False) -> Float[Array, "n ..."]:
     """a^-1 b (trans: a^-T b) from `lu_factor`'s (lu, perm) (not differentiated: use `solve`)."""
-    lu, perm = factor
-    lower = jnp.tril(lu, -1) + jnp.eye(lu.shape[0], dtype=lu.dtype)
-    upper = jnp.triu(lu)
+    lu, perm = factor  # L's unit diagonal is implied: the unit-diagonal solves never read it
     if not trans:
-        return _back_substitution(upper, _forward_substitution(lower, b[perm], unit_diagonal=True))
-    y = _back_substitution(lower.T, _forward_substitution(upper.T, b), unit_diagonal=True)
+        return _triangular_solve(lu, _triangular_solve(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
+    y = _triangular_solve(lu.T, _triangular_solve(lu.T, b, lower=True), lower=False, unit_diagonal=True)
     return jnp.zeros_like(y).at[perm].set(y)
 
 
