@@ -252,18 +252,23 @@ def _limit_rows(model: Model, data: Data) -> Rows:
     )  # fmt: skip
 
 
+def contact_jacobian(model: Model, data: Data) -> Float[Array, "ncon 6 nv"]:
+    """Relative velocity of each contact (body2 - body1) in its frame: normal, 2 tangents, 3 rotations."""
+    con = data.contact
+    body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]  # (ncon, 2)
+    jp1, jr1 = point_jacobian(model, data, body[:, 0], con.pos)
+    jp2, jr2 = point_jacobian(model, data, body[:, 1], con.pos)
+    return jnp.concatenate([con.frame @ (jp2 - jp1), con.frame @ (jr2 - jr1)], axis=1)
+
+
 def _contact_rows(model: Model, data: Data) -> Rows:
     """Contact rows (mj_instantiateContact): frame-rotated Jacobian differences, body2 - body1."""
     layout = model.constraints
     if layout.ncon == 0:
         return _empty(model)
     con = data.contact
-    geom = layout.contact_geom
-    body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[geom]  # (ncon, 2)
-    jp1, jr1 = point_jacobian(model, data, body[:, 0], con.pos)
-    jp2, jr2 = point_jacobian(model, data, body[:, 1], con.pos)
-    frame = con.frame
-    J6 = jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)  # (ncon, 6, nv)
+    body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]  # (ncon, 2)
+    J6 = contact_jacobian(model, data)
 
     c, k, sign = layout.row_contact, layout.row_axis, layout.row_sign
     fric = con.friction[c, np.maximum(k - 1, 0)]
@@ -377,3 +382,59 @@ def _contact_regularizer(model: Model, data: Data, R):
     else:
         new = 2 * mu[c] ** 2 * R0[c]
     return R.at[rows].set(jnp.where(fr, new, R[rows])), mu
+
+
+# ---------------------------------------------------------------------- hard-contact rows
+
+
+class UnitRows(NamedTuple):
+    """Rows of the interior-point NCP (solver/ncp.py): unilateral units (limits, then contacts) and equalities."""
+
+    J: Float[Array, "nunit 3 nv"]  # normal, tangent 1, tangent 2 (tangents unused where friction is off)
+    gap: Float[Array, " nunit"]  # distance minus margin (the unit's surface) at this state
+    mu: Float[Array, " nunit"]
+    inv_mass: Float[Array, " nunit"]  # invweight0 along the normal (impulse scale)
+    active: Bool[Array, " nunit"]
+    friction: np.ndarray  # bool (nunit,): a condim-3 contact
+    Je: Float[Array, "ne nv"]
+    pos_e: Float[Array, " ne"]
+    inv_mass_e: Float[Array, " ne"]
+
+
+def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) -> UnitRows:
+    """Limits and contacts as NCP units; a limit side takes part when dist < margin + lookahead.
+
+    `data.contact` must come from a collision run with the NCP's lookahead (contacts
+    within reach this step are in the mask, touching or not).
+    """
+    layout = model.constraints
+    eq = _equality_rows(model, data)
+    lim = _limit_rows(model, data)
+    J, gap, mu, inv_mass, active = [], [], [], [], []
+    friction = []
+    if layout.nl:
+        z = jnp.zeros_like(lim.J)
+        J.append(jnp.stack([lim.J, z, z], axis=1))
+        gap.append(lim.pos - lim.margin)
+        mu.append(jnp.zeros_like(lim.pos))
+        inv_mass.append(lim.diag_approx)
+        active.append(lim.pos < lim.margin + limit_lookahead)
+        friction.append(np.zeros(layout.nl, bool))
+    if layout.ncon:
+        con = data.contact
+        body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]
+        J.append(contact_jacobian(model, data)[:, :3])
+        gap.append(con.dist - con.includemargin)
+        mu.append(con.friction[:, 0])
+        inv_mass.append(model.body_invweight0[body[:, 0], 0] + model.body_invweight0[body[:, 1], 0])
+        active.append(con.mask)
+        friction.append(layout.contact_dim == 3)
+    if not J:
+        J.append(jnp.zeros((0, 3, model.nv), model.dtype))
+        gap, mu, inv_mass = ([jnp.zeros((0,), model.dtype)] for _ in range(3))
+        active, friction = [jnp.zeros((0,), bool)], [np.zeros(0, bool)]
+    return UnitRows(
+        J=jnp.concatenate(J), gap=jnp.concatenate(gap), mu=jnp.concatenate(mu), inv_mass=jnp.concatenate(inv_mass),
+        active=jnp.concatenate(active), friction=np.concatenate(friction),
+        Je=eq.J, pos_e=eq.pos, inv_mass_e=eq.diag_approx,
+    )  # fmt: skip

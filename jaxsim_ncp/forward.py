@@ -1,18 +1,20 @@
 """The pipeline: forward(), step(), rollout(), in MuJoCo's stage order.
 
 forward: kinematics -> com -> inertia -> velocities -> passive -> bias -> actuation
--> smooth acceleration -> collision -> constraint rows -> Newton solve.
+-> smooth acceleration -> collision -> constraint rows -> Newton solve (or, with
+solver="ncp", the interior-point NCP that returns the next velocity).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import actuation, constraint, linalg, math, passive, smooth
 from .collision import collide
 from .integrate import fixed
-from .solver import newton
+from .solver import ncp, newton
 from .types import Data, Model
 
 
@@ -41,11 +43,16 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         return data.replace(
             qacc=data.qacc_smooth, qfrc_constraint=jnp.zeros_like(data.qacc_smooth),
             solver_niter=jnp.zeros((), jnp.int32), solver_converged=jnp.ones((), bool),
+            solver_residual=jnp.zeros_like(data.time),
         )  # fmt: skip
+    if model.opt.solver == "ncp":
+        return _ncp_solve(model, data)
     if layout.ncon:
         data = data.replace(contact=collide(model, data))
     efc = constraint.make_efc(model, data)
     sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc, data.contact.friction)
+    # MuJoCo's scaled gradient norm of the Newton cost at the solution: |M a - f - J^T force| / (meaninertia nv)
+    gradient = data.qM @ sol.qacc - data.qfrc_smooth - sol.qfrc_constraint
     return data.replace(
         qacc=sol.qacc,
         qfrc_constraint=sol.qfrc_constraint,
@@ -58,7 +65,83 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         efc_mask=efc.mask,
         solver_niter=sol.iterations,
         solver_converged=sol.converged,
+        solver_residual=jax.lax.stop_gradient(
+            jnp.linalg.norm(gradient) / (model.opt.meaninertia * max(1, model.nv))
+        ),
     )
+
+
+def _lookahead(model: Model, data: Data, length: jax.Array):
+    """Detection distances for the hard-contact solver: how far a geom (or a limited joint) can move this step.
+
+    A geom's speed is bounded by |v_center| + |omega| rbound; its lookahead is twice the
+    distance it covers in a step at that speed, plus h^2 |g| and 1% of the length scale
+    (so resting contacts stay in the set). Not differentiated: it only selects contacts.
+    """
+    h = model.opt.timestep
+    topo = model.topology
+    body = np.asarray(topo.geom_bodyid, dtype=np.int64)
+    root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
+    ang, lin = data.cvel[body, :3], data.cvel[body, 3:]
+    center = lin + jnp.cross(ang, data.geom_xpos - data.subtree_com[root])
+    speed = jnp.linalg.norm(center, axis=-1) + jnp.linalg.norm(ang, axis=-1) * model.geom_rbound
+    floor = h**2 * jnp.linalg.norm(model.opt.gravity) + 0.01 * length
+    geom = 2.0 * h * speed + floor
+    dofs = np.asarray(topo.jnt_dofadr, dtype=np.int64)[np.asarray(model.constraints.limit_jnts, dtype=np.int64)]
+    limit = 2.0 * h * jnp.abs(data.qvel[dofs]) + 0.01
+    return jax.lax.stop_gradient(geom), jax.lax.stop_gradient(limit)
+
+
+def _ncp_solve(model: Model, data: Data) -> Data:
+    """Collision within reach of the step, NCP rows and the interior-point solve (solver/ncp.py).
+
+    The NCP returns the next velocity; qacc = (v+ - v) / h and qfrc_constraint = impulse / h,
+    so `fixed.advance` with that qacc is the step. efc_force holds the impulses / h in
+    MuJoCo's elliptic row layout (efc_D, efc_aref stay zero: there is no soft model).
+    """
+    layout, opt = model.constraints, model.opt
+    h = opt.timestep
+    length = opt.meansize
+    geom_reach, limit_reach = _lookahead(model, data, length)
+    if layout.ncon:
+        data = data.replace(contact=collide(model, data, geom_reach))
+    rows = constraint.unit_rows(model, data, limit_reach)
+    mass = fixed.effective_mass(model, data)
+    g = jnp.linalg.norm(opt.gravity) if not opt.disabled("gravity") else jnp.zeros_like(h)
+    a_ref = jnp.where(g > 0, g, length / h**2)
+    problem = ncp.Problem(
+        M=mass, momentum=mass @ data.qvel + h * data.qfrc_smooth, h=h, J=rows.J, gap=rows.gap, mu=rows.mu,
+        Je=rows.Je, pos_e=rows.pos_e, P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e,
+        L=length, V=length / h, active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
+    )  # fmt: skip
+    tolerance = max(opt.tolerance, 100 * float(jnp.finfo(h.dtype).eps))
+    sol = ncp.solve(problem, opt.kappa, opt.kappa_grad, tolerance, opt.iterations, opt.iterations)
+    impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
+    efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
+    return data.replace(
+        qacc=(sol.qvel - data.qvel) / h,
+        qfrc_constraint=impulse / h,
+        efc_J=efc_J,
+        efc_pos=efc_pos,
+        efc_force=efc_force / h,
+        efc_mask=efc_mask,
+        solver_niter=sol.iterations,
+        solver_converged=sol.converged,
+        solver_residual=sol.residual,
+    )
+
+
+def _ncp_efc(model: Model, rows: constraint.UnitRows, sol: ncp.Solution):
+    """Impulses, Jacobian rows, distances and masks of the NCP in MuJoCo's elliptic efc layout."""
+    layout = model.constraints
+    nl = layout.nl
+    unit = np.concatenate([np.arange(nl), nl + layout.row_contact]).astype(np.int64)
+    axis = np.concatenate([np.zeros(nl, np.int64), layout.row_axis]).astype(np.int64)
+    force = jnp.concatenate([sol.impulse_e, sol.impulse[unit, axis]])
+    J = jnp.concatenate([rows.Je, rows.J[unit, axis]])
+    pos = jnp.concatenate([rows.pos_e, rows.gap[unit]])
+    mask = jnp.concatenate([jnp.ones(layout.ne, bool), rows.active[unit]])
+    return force, J, pos, mask
 
 
 def _all_finite(*arrays) -> jax.Array:
@@ -95,7 +178,9 @@ def step(model: Model, data: Data) -> Data:
     )
     data = forward(model, data)
     integrator = model.opt.integrator
-    if integrator == "euler":
+    if model.opt.solver == "ncp":  # qacc is already the velocity-level step of the integrator's mass matrix
+        new = fixed.advance(model, data, data.act_dot, data.qacc)
+    elif integrator == "euler":
         new = fixed.euler(model, data)
     elif integrator == "implicitfast":
         new = fixed.implicitfast(model, data)

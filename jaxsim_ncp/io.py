@@ -44,7 +44,8 @@ _DISABLE_NAMES = {
     if name.startswith("mjDSBL_") and name != "mjNDISABLE"
 }
 # overrides accepted by load_mjcf / from_mujoco that later issues implement
-_NOT_YET = ("cfd", "kappa", "kappa_grad", "rtol", "atol")
+_NOT_YET = ("cfd", "rtol", "atol")
+_NCP_ITERATIONS = 30  # the interior-point solver's default iteration budget (MuJoCo's 100 is for Newton)
 
 
 def load_mjcf(path_or_xml: str | os.PathLike, **overrides) -> Model:
@@ -76,6 +77,8 @@ def from_mujoco(
     collision_smoothing: float = 0.0,
     maxval: float = 1e10,
     auto_reset: bool = False,
+    kappa: float = 1e-8,
+    kappa_grad: float = 1e-4,
     dtype=None,
     **later,
 ) -> Model:
@@ -88,8 +91,8 @@ def from_mujoco(
         if key in _NOT_YET:
             raise UnsupportedFeatureError(f"override {key}= is not implemented yet in this version of jaxsim_ncp")
         raise TypeError(f"unknown override {key!r}")
-    if solver not in ("newton",):
-        raise UnsupportedFeatureError(f"solver={solver!r} is not implemented yet (available: 'newton')")
+    if solver not in ("newton", "ncp"):
+        raise ValueError(f"solver must be 'newton' or 'ncp', got {solver!r}")
     if integrator is None:
         integrator = _INTEGRATORS.get(int(m.opt.integrator))
         if integrator is None:
@@ -111,8 +114,18 @@ def from_mujoco(
 
     if not (np.isfinite(maxval) and maxval > 0):
         raise ValueError(f"maxval must be a finite positive bound, got {maxval!r}")
+    for name, value in (("kappa", kappa), ("kappa_grad", kappa_grad)):
+        if not (np.isfinite(value) and 0 < value < 1):
+            raise ValueError(f"{name} must be a central-path parameter in (0, 1) (scaled units), got {value!r}")
+    if kappa_grad < kappa:
+        raise ValueError(f"kappa_grad ({kappa_grad}) must be >= kappa ({kappa}): gradients cannot be harder than the forward pass")
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
     _check_supported(m, disableflags)
+    if solver == "ncp":
+        _check_ncp(m, integrator, grad_mode, disableflags)
+        cone = "elliptic"  # the NCP uses exact second-order cones; its rows are laid out as MuJoCo's elliptic ones
+        if iterations is None:
+            iterations = _NCP_ITERATIONS
 
     dt = default_dtype() if dtype is None else dtype
     f = lambda x: jnp.asarray(np.asarray(x, dtype=np.float64), dtype=dt)  # noqa: E731
@@ -122,6 +135,7 @@ def from_mujoco(
         gravity=f(m.opt.gravity),
         impratio=f(m.opt.impratio),
         meaninertia=f(m.stat.meaninertia),
+        meansize=f(m.stat.meansize),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),
         integrator=integrator,
@@ -134,6 +148,8 @@ def from_mujoco(
         collision_smoothing=float(collision_smoothing),
         maxval=float(maxval),
         auto_reset=bool(auto_reset),
+        kappa=float(kappa),
+        kappa_grad=float(kappa_grad),
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
@@ -241,6 +257,30 @@ def from_mujoco(
 
 def _name(m: mujoco.MjModel, objtype, i: int) -> str:
     return mujoco.mj_id2name(m, objtype, i) or f"#{i}"
+
+
+def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags: tuple[str, ...]) -> None:
+    """What the interior-point solver does not model: a clear error instead of a different simulation."""
+    if integrator not in ("euler", "implicitfast"):
+        raise UnsupportedFeatureError(
+            f"solver='ncp' is a velocity-level time stepper: integrator={integrator!r} does not apply "
+            "(use 'euler' or 'implicitfast')"
+        )
+    if grad_mode != "implicit":
+        raise UnsupportedFeatureError("solver='ncp' differentiates implicitly only (grad_mode='implicit')")
+    if "frictionloss" not in disableflags and np.any(m.dof_frictionloss > 0):
+        d = int(np.nonzero(m.dof_frictionloss > 0)[0][0])
+        jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[d]))
+        raise UnsupportedFeatureError(f"joint {jname!r}/frictionloss with solver='ncp' (dry joint friction is not modelled)")
+    if "contact" not in disableflags:
+        for g1, g2, pid in _candidate_pairs(m, "filterparent" not in disableflags):
+            condim = _pair_condim(m, g1, g2, pid)
+            if condim not in (1, 3):
+                names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                raise UnsupportedFeatureError(
+                    f"condim {condim} on the pair {names[0]!r}-{names[1]!r} (geom/condim) with solver='ncp': "
+                    "only condim 1 (frictionless) and 3 (sliding friction) are modelled"
+                )
 
 
 def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:

@@ -305,6 +305,7 @@ class Option(eqx.Module):
     gravity: Float[Array, "3"]
     impratio: Float[Array, ""]
     meaninertia: Float[Array, ""]  # mjStatistic.meaninertia: scales the solver's tolerances
+    meansize: Float[Array, ""]  # mjStatistic.meansize: the NCP solver's length scale
     integrator: str = eqx.field(static=True, default="euler")
     solver: str = eqx.field(static=True, default="newton")
     iterations: int = eqx.field(static=True, default=100)
@@ -317,6 +318,8 @@ class Option(eqx.Module):
     collision_smoothing: float = eqx.field(static=True, default=0.0)  # length; 0: off (collision.smoothing)
     maxval: float = eqx.field(static=True, default=1e10)  # |qpos|, |qvel|, |qacc| above this: diverged (mjMAXVAL)
     auto_reset: bool = eqx.field(static=True, default=False)  # a diverged world restarts from qpos0 (mj_resetData)
+    kappa: float = eqx.field(static=True, default=1e-8)  # NCP: complementarity the forward solve converges to (scaled)
+    kappa_grad: float = eqx.field(static=True, default=1e-4)  # NCP: central-path point the gradient is taken at
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
@@ -463,6 +466,7 @@ class Data(eqx.Module):
     warning_time: Float[Array, " nwarning"]
     solver_niter: Int[Array, ""]  # iterations the constraint solver used in the last forward
     solver_converged: Bool[Array, ""]
+    solver_residual: Float[Array, ""]  # the solver's scaled optimality residual at its solution
     # kinematics
     xpos: Float[Array, "nbody 3"]
     xquat: Float[Array, "nbody 4"]
@@ -526,6 +530,7 @@ def make_data(model: Model) -> Data:
         warning_time=jnp.full((NWARNING,), -1.0, dt),
         solver_niter=jnp.zeros((), jnp.int32),
         solver_converged=jnp.ones((), bool),
+        solver_residual=jnp.zeros((), dt),
         xpos=z(nb, 3),
         xquat=jnp.tile(jnp.array([1.0, 0, 0, 0], dt), (nb, 1)),
         xmat=eye,

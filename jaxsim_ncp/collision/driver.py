@@ -81,8 +81,13 @@ def _group_params(model: Model, group: PairGroup):
     )
 
 
-def collide(model: Model, data: Data) -> Contact:
-    """Narrow phase over every candidate pair (mj_collision); returns the fixed-size contact array."""
+def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Contact:
+    """Narrow phase over every candidate pair (mj_collision); returns the fixed-size contact array.
+
+    lookahead (ngeom,): extra detection distance per geom (a pair reports contacts
+    closer than margin + gap + lookahead[g1] + lookahead[g2]); the hard-contact solver
+    uses it to see contacts the step can reach. includemargin is unchanged.
+    """
     parts = []
     for group in model.constraints.groups:
         fn, n_slots = FUNCTIONS[group.types]
@@ -93,7 +98,8 @@ def collide(model: Model, data: Data) -> Contact:
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
         friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
         frame = lambda g: GeomFrame(data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g])  # noqa: E731
-        col = jax.vmap(fn)(frame(g1), frame(g2), margin + gap)
+        reach = margin + gap if lookahead is None else margin + gap + lookahead[g1] + lookahead[g2]
+        col = jax.vmap(fn)(frame(g1), frame(g2), reach)
         rep = lambda a: jnp.repeat(a, n_slots, axis=0)  # noqa: E731
         mask = col.valid.reshape(-1)
         parts.append(

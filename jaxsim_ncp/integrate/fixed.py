@@ -48,8 +48,16 @@ def euler(model: Model, data: Data) -> Data:
     if model.opt.disabled("eulerdamp") or model.opt.disabled("damper") or model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
-    qacc = linalg.solve_spd(data.qM + model.opt.timestep * jnp.diag(model.dof_damping), force)
+    qacc = linalg.solve_spd(effective_mass(model, data), force)
     return advance(model, data, data.act_dot, qacc)
+
+
+def _rigid_free_joints(model: Model) -> list[int]:
+    """Free joints whose tree is one rigid body (no dofs below the free joint's own six)."""
+    topo = model.topology
+    dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
+    subtree_dofs = lambda b: int(np.sum(topo.body_ancestor[dof_body, b]))  # noqa: E731  dofs below body b
+    return [j for j, (t, b) in enumerate(zip(topo.jnt_type, topo.jnt_bodyid)) if t == JointType.FREE and subtree_dofs(b) == 6]
 
 
 def _rigid_free_tree_gyroscopic(model: Model, data: Data):
@@ -62,14 +70,10 @@ def _rigid_free_tree_gyroscopic(model: Model, data: Data):
     mujoco>=4's implicitfast includes this term (checked against mj_step); Coriolis
     terms of articulated trees stay explicit, as the Computation chapter describes.
     """
-    topo = model.topology
-    dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
-    subtree_dofs = lambda b: int(np.sum(topo.body_ancestor[dof_body, b]))  # noqa: E731  dofs below body b
-    joints = [
-        j for j, (t, b) in enumerate(zip(topo.jnt_type, topo.jnt_bodyid)) if t == JointType.FREE and subtree_dofs(b) == 6
-    ]
+    joints = _rigid_free_joints(model)
     if not joints:
         return None
+    topo = model.topology
     bodies = np.asarray([topo.jnt_bodyid[j] for j in joints], dtype=np.int64)
     dofs = np.asarray([topo.jnt_dofadr[j] for j in joints], dtype=np.int64)
     # composite spatial inertia about the tree's com (the free body is the root: cinert's origin)
@@ -99,16 +103,33 @@ def implicitfast(model: Model, data: Data) -> Data:
     """
     if model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
-    qderiv = actuator_velocity_derivative(model, data)
-    if not model.opt.disabled("damper"):
-        qderiv = qderiv - jnp.diag(model.dof_damping)
     force = data.qfrc_smooth + data.qfrc_constraint
-    gyro = _rigid_free_tree_gyroscopic(model, data)
-    if gyro is None:
-        qacc = linalg.solve_spd(data.qM - model.opt.timestep * qderiv, force)
+    mass = effective_mass(model, data)
+    if not _rigid_free_joints(model):
+        qacc = linalg.solve_spd(mass, force)
     else:  # the gyroscopic block is not symmetric: LU
-        qacc = linalg.solve(data.qM - model.opt.timestep * (qderiv + gyro), force)
+        qacc = linalg.solve(mass, force)
     return advance(model, data, data.act_dot, qacc)
+
+
+def effective_mass(model: Model, data: Data) -> jax.Array:
+    """The matrix the integrator solves with: M + h B (euler), M - h D (implicitfast), M otherwise.
+
+    The hard-contact solver uses it as its mass so that its velocity update is the
+    integrator's (implicit damping, implicitfast's velocity derivatives).
+    """
+    h = model.opt.timestep
+    if model.opt.integrator == "euler":
+        if model.opt.disabled("eulerdamp") or model.opt.disabled("damper"):
+            return data.qM
+        return data.qM + h * jnp.diag(model.dof_damping)
+    if model.opt.integrator == "implicitfast":
+        qderiv = actuator_velocity_derivative(model, data)
+        if not model.opt.disabled("damper"):
+            qderiv = qderiv - jnp.diag(model.dof_damping)
+        gyro = _rigid_free_tree_gyroscopic(model, data)
+        return data.qM - h * (qderiv if gyro is None else qderiv + gyro)
+    return data.qM
 
 
 _RK4_A = ((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0))

@@ -49,6 +49,7 @@ def implicit_solver(
     residual: Callable[[X, Theta], X],
     factorize: Callable[[X, Theta], Any] | None = None,
     solve_transposed: Callable[[Any, X], X] | None = None,
+    linearization_point: Callable[[X, Theta, Any], X] | None = None,
 ) -> Callable[[Theta, Any], tuple[X, Any]]:
     """Wrap `solver(theta, aux) -> (x, info)` so reverse mode uses the implicit function theorem.
 
@@ -57,6 +58,10 @@ def implicit_solver(
     (dg/dx)^T lam = b: the linear algebra of the backward pass. The factor is computed
     in the forward pass of reverse mode (a pytree of arrays), so the backward pass only
     back-substitutes; by default the dense Jacobian of g is LU-factorized.
+
+    linearization_point(x, theta, aux) -> x_lin: where to differentiate (default x
+    itself). The interior-point solver returns its hard solution but differentiates a
+    relaxed (smoother) point; residual and factorization are evaluated there.
 
     Gradients flow to every floating leaf of theta. `aux` (starting point, tolerances
     scale, ...) and `info` (iteration counts, ...) are treated as constants: at a
@@ -71,7 +76,8 @@ def implicit_solver(
 
     def solve_fwd(theta, aux):
         x, info = solver(theta, aux)
-        return (x, info), (x, theta, aux, factorize(x, theta))
+        x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
+        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta))
 
     def solve_bwd(saved, cotangent):
         x, theta, aux, factor = saved

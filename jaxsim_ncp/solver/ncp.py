@@ -1,0 +1,397 @@
+"""Hard contact: a primal-dual interior-point solver for the velocity-level NCP (Dojo, eqs. 19-54).
+
+One time step in generalized coordinates. Unknowns: the next velocity v (nv), an
+impulse per equality row, and per unilateral unit (a contact or a joint-limit side)
+
+    gamma, s    normal impulse and gap slack:         gamma, s >= 0,  gamma s = kappa
+    xi, eta     friction impulse and its dual in      xi, eta in the second-order cone Q^3,
+                (Dojo eq. 19-25):                     xi o eta = kappa e
+
+tied together by
+
+    M (v - v_old) = h f + J_e^T lambda + sum_c J_c^T (gamma, xi_1, xi_2)   (momentum)
+    s     = gap + h J_n v           (the gap at the next configuration, linearized)
+    eta_t = J_t v                   (tangential velocity: maximum dissipation, eq. 20)
+    xi_0  = mu gamma                (cone radius, eq. 21)
+    0     = pos_e + h J_e v         (equality constraints, bilateral)
+
+with M the integrator's effective mass (M + h B for Euler with implicit damping), so
+xi_t opposes the sliding velocity with magnitude mu gamma and gamma s = 0 at kappa = 0.
+Frictionless units (limits, condim-1 contacts) fix xi = eta = e; inactive units
+(out of detection range) are frozen at the starting point and exert nothing.
+
+Every unit's variables are scaled to O(1) so tolerances and kappa are unit-free:
+impulses by P = m_eff a_ref h (m_eff = 1 / invweight0, a_ref = |g| or L / h^2 without
+gravity), lengths by L (the model's mean body size, mjStatistic.meansize) and
+velocities by L / h. With kappa = 1e-8 a body resting on its weight keeps a gap of
+about 1e-8 L and creeps at most 1e-8 L per step.
+
+Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the Newton
+system of the residual is reduced per unit (an 8x8 block solved with LU) to one
+(nv + ne) system; an affine step aiming at zero complementarity, the cone line search
+(eqs. 41-46), centering sigma = (mu_aff / mu)^3 (eq. 54), a corrector with the
+second-order term aiming at max(sigma mu, kappa), fraction-to-boundary 0.99. A fixed
+number of iterations in a `lax.scan`; a world that converged is frozen (per-world
+mask), so the solver vmaps.
+
+Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a few pure
+Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
+point is differentiated with the implicit function theorem, reusing the same block
+reduction for the transposed solve. The forward result stays the hard solution.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Float
+
+from .. import linalg
+from .implicit import implicit_solver
+
+NU = 8  # variables per unit: gamma, s, xi (3), eta (3)
+_U_INIT = (1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
+_FRACTION_TO_BOUNDARY = 0.99
+_COMPLEMENTARITY_ROWS = slice(4, 8)  # rows of the unit residual that hold gamma s and xi o eta
+
+
+class Problem(NamedTuple):
+    """What the solution depends on (theta of the implicit differentiation).
+
+    `P`, `Pe`, `L`, `V` (scales) and the masks enter only through stop_gradient: they
+    define the units the solver works in, not the physics.
+    """
+
+    M: Float[Array, "nv nv"]  # effective mass of the integrator
+    momentum: Float[Array, " nv"]  # M v_old + h f_smooth
+    h: Float[Array, ""]
+    J: Float[Array, "nu 3 nv"]  # per unit: normal, tangent 1, tangent 2 (tangents zero if frictionless)
+    gap: Float[Array, " nu"]  # signed distance minus margin at the start of the step
+    mu: Float[Array, " nu"]
+    Je: Float[Array, "ne nv"]
+    pos_e: Float[Array, " ne"]
+    P: Float[Array, " nu"]  # impulse scale per unit
+    Pe: Float[Array, " ne"]  # impulse scale per equality row
+    L: Float[Array, ""]  # length scale
+    V: Float[Array, ""]  # velocity scale L / h
+    active: Float[Array, " nu"]  # 1: the unit takes part in this solve
+    friction: Float[Array, " nu"]  # 1: the unit has a friction cone
+
+
+class Solution(NamedTuple):
+    qvel: Float[Array, " nv"]  # the next velocity
+    impulse: Float[Array, "nu 3"]  # per unit (normal, friction 1, friction 2), in N s
+    impulse_e: Float[Array, " ne"]
+    iterations: Array
+    converged: Bool[Array, ""]
+    residual: Float[Array, ""]  # scaled residual infinity norm at the returned point
+
+
+def _constants(p: Problem) -> Problem:
+    return p._replace(**{k: jax.lax.stop_gradient(getattr(p, k)) for k in ("P", "Pe", "L", "V", "active", "friction")})
+
+
+def _unpack(x, p: Problem):
+    nv, ne = p.M.shape[0], p.Je.shape[0]
+    return x[:nv], x[nv : nv + ne], x[nv + ne :].reshape(-1, NU)
+
+
+def _pack(v, le, u):
+    return jnp.concatenate([v, le, u.reshape(-1)])
+
+
+def _soc_product(a, b):
+    """Jordan product of the second-order cone (Dojo eq. 24): (a.b, a0 b1 + b0 a1)."""
+    return jnp.concatenate([jnp.dot(a, b)[None], a[0] * b[1:] + b[0] * a[1:]])
+
+
+def _unit_residual(u, Jv, gap, h, mu, L, V, kappa, active, friction):
+    """The 8 equations of one unit (gap, tangential velocity, cone radius, complementarity)."""
+    gamma, s, xi, eta = u[0], u[1], u[2:5], u[5:8]
+    r_gap = s - (gap + h * Jv[0]) / L
+    r_cn = gamma * s - kappa
+    e = jnp.zeros(3, u.dtype).at[0].set(1.0)
+    cone = jnp.concatenate([eta[1:] - Jv[1:] / V, (xi[0] - mu * gamma)[None], _soc_product(xi, eta) - kappa * e])
+    fixed = jnp.concatenate([eta[1:], (xi[0] - 1.0)[None], jnp.stack([eta[0] - 1.0, xi[1], xi[2]])])  # xi = eta = e
+    fric = jnp.where(friction > 0, cone, fixed)
+    r = jnp.concatenate([r_gap[None], fric[:3], r_cn[None], fric[3:]])
+    return jnp.where(active > 0, r, u - jnp.asarray(_U_INIT, u.dtype))
+
+
+def _unit_force(u, p: Problem):
+    """Impulses (nu, 3) in N s of the units: P (gamma, xi_1, xi_2), zero where inactive."""
+    f = jnp.stack([u[:, 0], u[:, 3] * p.friction, u[:, 4] * p.friction], axis=-1)
+    return (p.P * p.active)[:, None] * f
+
+
+def residual(x, p: Problem, kappa) -> Array:
+    """The full residual r(w; theta, kappa) (Dojo eq. 28): momentum, equalities, units."""
+    p = _constants(p)
+    v, le, u = _unpack(x, p)
+    Jv = jnp.einsum("ckn,n->ck", p.J, v)
+    r_u = jax.vmap(_unit_residual, (0, 0, 0, None, 0, None, None, None, 0, 0))(
+        u, Jv, p.gap, p.h, p.mu, p.L, p.V, kappa, p.active, p.friction
+    )
+    r_v = p.M @ v - p.momentum - p.Je.T @ (p.Pe * le) - jnp.einsum("ckn,ck->n", p.J, _unit_force(u, p))
+    r_e = (p.pos_e + p.h * (p.Je @ v)) / p.L
+    return _pack(r_v, r_e, r_u)
+
+
+class Factor(NamedTuple):
+    """The Newton matrix of `residual`, block-reduced: unit blocks A, A^-1 B, and the (nv+ne) system."""
+
+    unit_lu: tuple  # per-unit LU of A = d r_u / d u
+    AinvB: Array  # (nu, 8, 3): A^-1 d r_u / d(J v)
+    system_lu: tuple  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, 0]]
+
+
+def factorize(x, p: Problem, nt: bool = False) -> Factor:
+    """Block-reduce and factor the Newton matrix at x; nt: cone rows in NT-scaled form (the iterations)."""
+    p = _constants(p)
+    v, _, u = _unpack(x, p)
+    Jv = jnp.einsum("ckn,n->ck", p.J, v)
+    args = (p.gap, p.h, p.mu, p.L, p.V, 0.0, p.active, p.friction)
+    axes = (0, 0, 0, None, 0, None, None, None, 0, 0)
+    A = jax.vmap(jax.jacfwd(_unit_residual, 0), axes)(u, Jv, *args)
+    B = jax.vmap(jax.jacfwd(_unit_residual, 1), axes)(u, Jv, *args)
+    if nt:
+        nt_rows = jax.vmap(_nt_rows)(u)[0]
+        use = (p.friction * p.active)[:, None, None] > 0
+        A = A.at[:, 5:8].set(jnp.where(use, nt_rows, A[:, 5:8]))
+    unit_lu = jax.vmap(linalg.lu_factor)(A)
+    AinvB = jax.vmap(linalg.lu_solve)(unit_lu, B)
+    F = _force_map(p)  # (nu, 3, 8)
+    W = F @ AinvB  # (nu, 3, 3)
+    H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
+    ne = p.Je.shape[0]
+    top = jnp.concatenate([H, -p.Je.T * p.Pe[None, :]], axis=1)
+    bottom = jnp.concatenate([p.h * p.Je / p.L, jnp.zeros((ne, ne), H.dtype)], axis=1)
+    return Factor(unit_lu, AinvB, linalg.lu_factor(jnp.concatenate([top, bottom])))
+
+
+def _force_map(p: Problem) -> Array:
+    """F (nu, 3, 8): d(unit impulse) / d u."""
+    nu = p.gap.shape[0]
+    F = jnp.zeros((nu, 3, NU), p.M.dtype)
+    F = F.at[:, 0, 0].set(1.0).at[:, 1, 3].set(p.friction).at[:, 2, 4].set(p.friction)
+    return F * (p.P * p.active)[:, None, None]
+
+
+def newton_direction(factor: Factor, p: Problem, r) -> Array:
+    """d with (d r / d x) d = -r, by the block reduction (units first, then the (nv+ne) system)."""
+    p = _constants(p)
+    nv = p.M.shape[0]
+    r_v, r_e, r_u = _unpack(r, p)
+    Ainv_r = jax.vmap(linalg.lu_solve)(factor.unit_lu, r_u)  # (nu, 8)
+    rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, jnp.einsum("cka,ca->ck", _force_map(p), Ainv_r))
+    d = linalg.lu_solve(factor.system_lu, jnp.concatenate([rhs_v, -r_e]))
+    dv, dle = d[:nv], d[nv:]
+    du = -(Ainv_r + jnp.einsum("cak,ck->ca", factor.AinvB, jnp.einsum("ckn,n->ck", p.J, dv)))
+    return _pack(dv, dle, du)
+
+
+def transposed_solve(factor: Factor, p: Problem, b) -> Array:
+    """y with (d r / d x)^T y = b (the implicit backward pass), same blocks transposed."""
+    p = _constants(p)
+    nv = p.M.shape[0]
+    b_v, b_e, b_u = _unpack(b, p)
+    Bt_Ainvt_b = jnp.einsum("cak,ca->ck", factor.AinvB, b_u)  # (A^-1 B)^T b_u, (nu, 3)
+    rhs_v = b_v - jnp.einsum("ckn,ck->n", p.J, Bt_Ainvt_b)
+    y = linalg.lu_solve(factor.system_lu, jnp.concatenate([rhs_v, b_e]), trans=True)
+    y_v, y_e = y[:nv], y[nv:]
+    FtJy = jnp.einsum("cka,ck->ca", _force_map(p), jnp.einsum("ckn,n->ck", p.J, y_v))
+    y_u = jax.vmap(lambda lu, rhs: linalg.lu_solve(lu, rhs, trans=True))(factor.unit_lu, b_u + FtJy)
+    return _pack(y_v, y_e, y_u)
+
+
+# ---------------------------------------------------------------------- Nesterov-Todd scaling
+
+
+def _nt_scaling(xi, eta):
+    """Nesterov-Todd scaling of a second-order-cone pair (Vandenberghe, "The CVXOPT linear and
+    quadratic cone program solvers", sec. 4): symmetric W with W eta = W^-1 xi = lam.
+
+    With Jm = diag(1, -1, -1), xb = xi / sqrt(xi^T Jm xi), eb likewise,
+    w = (xb + Jm eb) / sqrt(2 (1 + xb.eb)), b = (xi^T Jm xi / eta^T Jm eta)^(1/4):
+    W = b [[w0, w1^T], [w1, I + w1 w1^T / (1 + w0)]], W^-1 the same with -w1 and 1/b.
+    Returns (W, W^-1, lam).
+    """
+    jm = jnp.asarray([1.0, -1.0, -1.0], xi.dtype)
+    tiny = jnp.finfo(xi.dtype).tiny
+    nx = jnp.sqrt(jnp.maximum(jnp.dot(xi, jm * xi), tiny))
+    ne = jnp.sqrt(jnp.maximum(jnp.dot(eta, jm * eta), tiny))
+    xb, eb = xi / nx, eta / ne
+    w = (xb + jm * eb) / jnp.sqrt(jnp.maximum(2.0 * (1.0 + jnp.dot(xb, eb)), tiny))
+    b = jnp.sqrt(nx / ne)
+    w0, w1 = w[0], w[1:]
+    lower = jnp.eye(2, dtype=xi.dtype) + jnp.outer(w1, w1) / (1.0 + w0)
+
+    def block(sign):
+        top = jnp.concatenate([w0[None], sign * w1])
+        return jnp.concatenate([top[None], jnp.concatenate([sign * w1[:, None], lower], axis=1)])
+
+    W, W_inv = b * block(1.0), block(-1.0) / b
+    return W, W_inv, W @ eta
+
+
+def _arrow(a):
+    """Arw(a): the matrix of b -> a o b."""
+    return a[0] * jnp.eye(3, dtype=a.dtype) + jnp.zeros((3, 3), a.dtype).at[0, 1:].set(a[1:]).at[1:, 0].set(a[1:])
+
+
+def _nt_rows(u):
+    """NT-scaled linearization of xi o eta: rows Arw(lam) [W^-1 | W] on (xi, eta), and lam, W, W^-1."""
+    W, W_inv, lam = _nt_scaling(u[2:5], u[5:8])
+    rows = jnp.zeros((3, NU), u.dtype)
+    L = _arrow(lam)
+    rows = rows.at[:, 2:5].set(L @ W_inv).at[:, 5:8].set(L @ W)
+    return rows, lam, W, W_inv
+
+
+# ---------------------------------------------------------------------- cones
+
+
+def _orthant_step(y, d):
+    """Largest alpha with y + alpha d >= 0 (eq. 41), inf if d >= 0."""
+    return jnp.where(d < 0, -y / jnp.where(d < 0, d, -1.0), jnp.inf)
+
+
+def _soc_step(y, d):
+    """Largest alpha with y + alpha d in the second-order cone (eqs. 42-46), inf if unbounded."""
+    nu = jnp.maximum(y[0] ** 2 - jnp.dot(y[1:], y[1:]), jnp.finfo(y.dtype).tiny)
+    sq = jnp.sqrt(nu)
+    zeta = y[0] * d[0] - jnp.dot(y[1:], d[1:])
+    rho0 = zeta / nu
+    rho1 = d[1:] / sq - (zeta / sq + d[0]) / (y[0] * sq + nu) * y[1:]
+    gap = jnp.linalg.norm(rho1) - rho0
+    return jnp.where(gap > 0, 1.0 / jnp.where(gap > 0, gap, 1.0), jnp.inf)
+
+
+def max_step(u, du, p: Problem):
+    """Largest alpha in [0, 1] keeping every active unit's cone variables in their cones (Alg. 1)."""
+    orth = jnp.minimum(_orthant_step(u[:, 0], du[:, 0]), _orthant_step(u[:, 1], du[:, 1]))
+    soc = jnp.minimum(jax.vmap(_soc_step)(u[:, 2:5], du[:, 2:5]), jax.vmap(_soc_step)(u[:, 5:8], du[:, 5:8]))
+    alpha = jnp.minimum(orth, jnp.where(p.friction > 0, soc, jnp.inf))
+    return jnp.minimum(1.0, jnp.min(jnp.where(p.active > 0, alpha, jnp.inf), initial=jnp.inf))
+
+
+def complementarity(u, p: Problem):
+    """Mean complementarity (eq. 52): (sum gamma s + sum xi.eta) / degree."""
+    total = u[:, 0] * u[:, 1] + p.friction * jnp.sum(u[:, 2:5] * u[:, 5:8], axis=-1)
+    degree = jnp.sum(p.active * (1.0 + p.friction))
+    return jnp.sum(p.active * total) / jnp.maximum(degree, 1.0)
+
+
+def _nt_residual(x, p: Problem, target, du_aff=None):
+    """The residual with the cone rows in NT form: lam o lam - target e (+ Mehrotra's corrector
+    (W^-1 dxi) o (W deta) of the affine step), and the orthant's dgamma ds corrector."""
+    r = residual(x, p, target)
+    nvne = x.shape[0] - _unpack(x, p)[2].size
+    u = _unpack(x, p)[2]
+    _, lam, W, W_inv = jax.vmap(_nt_rows)(u)
+    e = jnp.zeros((3,), x.dtype).at[0].set(1.0)
+    cone = jax.vmap(_soc_product)(lam, lam) - target * e
+    if du_aff is not None:
+        dxi = jnp.einsum("cab,cb->ca", W_inv, du_aff[:, 2:5])
+        deta = jnp.einsum("cab,cb->ca", W, du_aff[:, 5:8])
+        cone = cone + jax.vmap(_soc_product)(dxi, deta)
+    r_u = r[nvne:].reshape(-1, NU)
+    use = (p.friction * p.active)[:, None] > 0
+    r_u = r_u.at[:, 5:8].set(jnp.where(use, cone, r_u[:, 5:8]))
+    if du_aff is not None:
+        r_u = r_u.at[:, 4].add(du_aff[:, 0] * du_aff[:, 1] * p.active)
+    return r.at[nvne:].set(r_u.reshape(-1))
+
+
+def scaled_residual(x, p: Problem, kappa):
+    """Infinity norm of the residual with momentum rows in velocity units (/ diag(M) V)."""
+    nv = p.M.shape[0]
+    r = residual(x, p, kappa)
+    scale = jnp.concatenate([1.0 / (jnp.diag(p.M) * p.V), jnp.ones(r.shape[0] - nv, r.dtype)])
+    return jnp.max(jnp.abs(r * jax.lax.stop_gradient(scale)), initial=0.0)
+
+
+# ---------------------------------------------------------------------- the solver
+
+
+def initial_point(p: Problem):
+    """The unconstrained velocity, zero equality impulses and every cone variable at e."""
+    nv, ne, nu = p.M.shape[0], p.Je.shape[0], p.gap.shape[0]
+    v = linalg.lu_solve(linalg.lu_factor(p.M), p.momentum)
+    u = jnp.broadcast_to(jnp.asarray(_U_INIT, p.M.dtype), (nu, NU))
+    return _pack(v, jnp.zeros((ne,), p.M.dtype), u)
+
+
+def _mehrotra_step(x, p: Problem, kappa):
+    """One predictor-corrector iteration (Dojo Alg. 2 with eqs. 52-54)."""
+    _, _, u = _unpack(x, p)
+    factor = factorize(x, p, nt=True)
+    d_aff = newton_direction(factor, p, _nt_residual(x, p, 0.0))
+    du_aff = _unpack(d_aff, p)[2]
+    a_aff = max_step(u, du_aff, p)
+    mu = complementarity(u, p)
+    mu_aff = complementarity(u + a_aff * du_aff, p)
+    sigma = jnp.clip(mu_aff / jnp.maximum(mu, jnp.finfo(x.dtype).tiny), 0.0, 1.0) ** 3
+    target = jnp.maximum(sigma * mu, kappa)
+    d = newton_direction(factor, p, _nt_residual(x, p, target, du_aff))
+    alpha = jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * max_step(u, _unpack(d, p)[2], p))
+    return x + alpha * d
+
+
+def _centering_step(x, p: Problem, kappa):
+    """A damped Newton step on the kappa-relaxed system (no predictor)."""
+    u = _unpack(x, p)[2]
+    d = newton_direction(factorize(x, p, nt=True), p, _nt_residual(x, p, kappa))
+    alpha = jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * max_step(u, _unpack(d, p)[2], p))
+    return x + alpha * d
+
+
+def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int):
+    """`iterations` steps in a scan; a world whose scaled residual is below tolerance is frozen."""
+
+    def body(carry, _):
+        x, done, count = carry
+        x_new = step_fn(x, p, kappa)
+        x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)  # never step into NaN
+        x = jnp.where(done, x, x_new)
+        count = count + (~done).astype(jnp.int32)
+        done = done | (scaled_residual(x, p, kappa) <= tolerance)
+        return (x, done, count), None
+
+    done0 = scaled_residual(x, p, kappa) <= tolerance
+    (x, done, count), _ = jax.lax.scan(body, (x, done0, jnp.zeros((), jnp.int32)), None, length=iterations)
+    return x, done, count
+
+
+def solve(p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, grad_iterations: int) -> Solution:
+    """Solve the step's NCP at `kappa`; reverse mode differentiates the `kappa_grad` central point."""
+
+    def run(theta, x0):
+        x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations)
+        return x, (done, count)
+
+    def relax(x, theta, x0):
+        if kappa_grad == kappa:
+            return x
+        return _iterate(_centering_step, x, theta, kappa_grad, tolerance, grad_iterations)[0]
+
+    solver = implicit_solver(
+        run,
+        lambda x, theta: residual(x, theta, kappa),
+        lambda x, theta: (factorize(x, theta), _constants(theta)),
+        lambda factor, b: transposed_solve(factor[0], factor[1], b),
+        linearization_point=relax,
+    )
+    x0 = jax.lax.stop_gradient(initial_point(p))
+    x, (done, count) = solver(p, x0)
+    v, le, u = _unpack(x, p)
+    return Solution(
+        qvel=v,
+        impulse=_unit_force(u, _constants(p)),
+        impulse_e=jax.lax.stop_gradient(p.Pe) * le,
+        iterations=count,
+        converged=done,
+        residual=jax.lax.stop_gradient(scaled_residual(x, p, kappa)),
+    )
