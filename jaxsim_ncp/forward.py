@@ -98,27 +98,59 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     The NCP returns the next velocity; qacc = (v+ - v) / h and qfrc_constraint = impulse / h,
     so `fixed.advance` with that qacc is the step. efc_force holds the impulses / h in
     MuJoCo's elliptic row layout (efc_D, efc_aref stay zero: there is no soft model).
+
+    The gap is linearized at the start of the step. Where that leaves a unit penetrating
+    deeper than 1e-5 L at the new configuration q1 = q (+) h v1 (rotating bodies: the
+    contact point moves), the step is solved again with rows re-linearized at q1:
+    gap(q (+) h v) ~ gap(q1) + h J(q1) (v - v1), up to `opt.ncp_passes` passes in all.
+    Each pass costs a kinematics, a collision and a solve; a world takes the later pass
+    only where the earlier one penetrated (a select, so batches stay vmapped).
     """
     layout, opt = model.constraints, model.opt
     h = opt.timestep
     length = opt.meansize
     geom_reach, limit_reach = _lookahead(model, data, length)
-    if layout.ncon:
-        data = data.replace(contact=collide(model, data, geom_reach))
-    rows = constraint.unit_rows(model, data, limit_reach)
-    mass = fixed.effective_mass(model, data)
+    mass = fixed.effective_mass(model, data, always_damp=True)
+    momentum = mass @ data.qvel + h * data.qfrc_smooth
     g = jnp.linalg.norm(opt.gravity) if not opt.disabled("gravity") else jnp.zeros_like(h)
     a_ref = jnp.where(g > 0, g, length / h**2)
-    problem = ncp.Problem(
-        M=mass, momentum=mass @ data.qvel + h * data.qfrc_smooth, h=h, J=rows.J, gap=rows.gap, mu=rows.mu,
-        Je=rows.Je, pos_e=rows.pos_e, P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e,
-        L=length, V=length / h, active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
-    )  # fmt: skip
     tolerance = max(opt.tolerance, 100 * float(jnp.finfo(h.dtype).eps))
-    sol = ncp.solve(problem, opt.kappa, opt.kappa_grad, tolerance, opt.iterations, opt.iterations)
+
+    def rows_at(qvel_lin):
+        """Contacts and rows at q (+) h qvel_lin (None: at q), gaps linearized about qvel_lin."""
+        d = data
+        if qvel_lin is not None:
+            d = data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))
+            d = smooth.com_pos(model, smooth.kinematics(model, d))
+        if layout.ncon:
+            d = d.replace(contact=collide(model, d, geom_reach))
+        rows = constraint.unit_rows(model, d, limit_reach)
+        if qvel_lin is not None:
+            rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
+        return d.contact, rows
+
+    def solve(rows):
+        problem = ncp.Problem(
+            M=mass, momentum=momentum, h=h, J=rows.J, gap=rows.gap, mu=rows.mu, Je=rows.Je, pos_e=rows.pos_e,
+            P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
+            active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
+        )  # fmt: skip
+        return ncp.solve(problem, opt.kappa, opt.kappa_grad, tolerance, opt.iterations, opt.iterations)
+
+    contact, rows = rows_at(None)
+    sol = solve(rows)
+    for _ in range(opt.ncp_passes - 1):
+        contact_k, rows_k = rows_at(sol.qvel)
+        gap_k = rows_k.gap + h * (rows_k.J[:, 0] @ sol.qvel)  # the true gap at q1
+        redo = jnp.min(jnp.where(rows_k.active, gap_k, jnp.inf), initial=jnp.inf) < -1e-5 * length
+        sol_k = solve(rows_k)
+        pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(redo, a, b), new, old)  # noqa: E731
+        sol, contact = pick(sol_k, sol), pick(contact_k, contact)
+        rows = rows._replace(**{f: pick(getattr(rows_k, f), getattr(rows, f)) for f in ("J", "gap", "active", "Je", "pos_e")})
     impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(
+        contact=contact,
         qacc=(sol.qvel - data.qvel) / h,
         qfrc_constraint=impulse / h,
         efc_J=efc_J,

@@ -79,6 +79,7 @@ def from_mujoco(
     auto_reset: bool = False,
     kappa: float = 1e-8,
     kappa_grad: float = 1e-4,
+    ncp_passes: int = 2,
     dtype=None,
     **later,
 ) -> Model:
@@ -117,6 +118,8 @@ def from_mujoco(
     for name, value in (("kappa", kappa), ("kappa_grad", kappa_grad)):
         if not (np.isfinite(value) and 0 < value < 1):
             raise ValueError(f"{name} must be a central-path parameter in (0, 1) (scaled units), got {value!r}")
+    if int(ncp_passes) < 1:
+        raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
     if kappa_grad < kappa:
         raise ValueError(f"kappa_grad ({kappa_grad}) must be >= kappa ({kappa}): gradients cannot be harder than the forward pass")
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
@@ -150,6 +153,7 @@ def from_mujoco(
         auto_reset=bool(auto_reset),
         kappa=float(kappa),
         kappa_grad=float(kappa_grad),
+        ncp_passes=int(ncp_passes),
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731

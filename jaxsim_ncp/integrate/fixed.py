@@ -112,15 +112,18 @@ def implicitfast(model: Model, data: Data) -> Data:
     return advance(model, data, data.act_dot, qacc)
 
 
-def effective_mass(model: Model, data: Data) -> jax.Array:
+def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.Array:
     """The matrix the integrator solves with: M + h B (euler), M - h D (implicitfast), M otherwise.
 
     The hard-contact solver uses it as its mass so that its velocity update is the
-    integrator's (implicit damping, implicitfast's velocity derivatives).
+    integrator's (implicit damping, implicitfast's velocity derivatives); it passes
+    always_damp=True: its step is implicit in velocity, so Euler's damping is implicit
+    even where the model disables MuJoCo's eulerdamp (explicit damping at a large step
+    is unstable, e.g. the MJX humanoid at dt = 0.05).
     """
     h = model.opt.timestep
     if model.opt.integrator == "euler":
-        if model.opt.disabled("eulerdamp") or model.opt.disabled("damper"):
+        if model.opt.disabled("damper") or (model.opt.disabled("eulerdamp") and not always_damp):
             return data.qM
         return data.qM + h * jnp.diag(model.dof_damping)
     if model.opt.integrator == "implicitfast":
