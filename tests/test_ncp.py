@@ -1,0 +1,169 @@
+"""The interior-point hard-contact solver (solver="ncp") against analytic mechanics and finite differences.
+
+Three compiled programs in all: a drop rollout (timestep is a model leaf, so one
+compile serves every dt), a slide rollout and its gradient (gravity and friction are
+leaves: the incline is the flat scene with gravity tilted by theta).
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+
+G = 9.81
+
+DROP = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 .1"/>
+    <body pos="-1 0 0.3" euler="10 20 5"><freejoint/><geom name="box" type="box" size="0.1 0.1 0.1" mass="1"/></body>
+    <body pos="0 0 0.2"><freejoint/><geom name="sphere" type="sphere" size="0.1" mass="1"/></body>
+    <body pos="1 0 0.3" euler="30 10 0"><freejoint/><geom name="capsule" type="capsule" size="0.05 0.1" mass="1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+# a box sliding on a frictionless-by-mixing floor (pair friction = max: the box's own), and
+# far away a sphere on an actuated slider (slide x, slide z) pushed along the floor
+SLIDE = """
+<mujoco>
+  <option timestep="0.002" tolerance="1e-13"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="10 10 .1" friction="0 0 0"/>
+    <body name="box" pos="0 0 0.1"><freejoint/><geom name="box" type="box" size="0.1 0.1 0.1" mass="1" friction="0.5 0 0"/></body>
+    <body name="slider" pos="4 0 0.1">
+      <joint name="x" type="slide" axis="1 0 0"/><joint name="z" type="slide" axis="0 0 1"/>
+      <geom name="puck" type="sphere" size="0.1" mass="1" friction="0.3 0 0"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="x" gear="1"/></actuator>
+</mujoco>
+"""
+T_DROP = 200
+T_SLIDE = 150
+
+
+@pytest.fixture(scope="module")
+def drop():
+    model = jsn.load_mjcf(DROP, solver="ncp")
+    run = jax.jit(lambda m, d: jsn.rollout(m, d, jnp.zeros((T_DROP, 0)))[1])
+    return model, run
+
+
+def _min_distance(mj, qpos):
+    """Per state, the smallest signed distance of each body geom to the floor (MuJoCo's own collision)."""
+    d = mujoco.MjData(mj)
+    out = []
+    for q in qpos:
+        d.qpos[:] = q
+        mujoco.mj_forward(mj, d)
+        out.append([mujoco.mj_geomDistance(mj, d, 0, g, 1.0, None) for g in range(1, mj.ngeom)])
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize("dt", [0.1, 0.05, 0.01, 0.001])
+def test_drops_never_penetrate_and_rest_on_the_floor(drop, dt):
+    model, run = drop
+    model = eqx.tree_at(lambda m: m.opt.timestep, model, jnp.asarray(dt))
+    traj = run(model, jsn.make_data(model))
+    assert np.all(np.asarray(traj.solver_converged)), np.asarray(traj.solver_residual).max()
+    dist = _min_distance(mujoco.MjModel.from_xml_string(DROP), np.asarray(traj.qpos))
+    assert dist.min() >= -1e-6, (dist.min(), np.unravel_index(dist.argmin(), dist.shape))
+    if dt >= 0.01:  # 200 steps: long enough to come to rest
+        assert np.all(dist[-1] <= 1e-4), dist[-1]
+        assert np.abs(np.asarray(traj.qvel[-1])).max() < 1e-6
+
+
+@pytest.fixture(scope="module")
+def slide():
+    model = jsn.load_mjcf(SLIDE, solver="ncp", kappa_grad=1e-8)  # kappa_grad == kappa: exact derivative
+
+    def final(m, d, u):
+        return jsn.rollout(m, d, jnp.full((T_SLIDE, 1), u))[0]
+
+    def loss(qvel, u, friction, m, d, direction):
+        f = final(eqx.tree_at(lambda mm: mm.geom_friction, m, friction), d.replace(qvel=qvel), u)
+        return jnp.dot(f.qpos[:2], direction) + 0.3 * f.qpos[7]
+
+    return model, jax.jit(final), jax.jit(jax.grad(loss, argnums=(0, 1, 2))), jax.jit(loss)
+
+
+def _slide_setup(model, speed, angle_deg, mu, gravity_tilt_deg=0.0, dt=0.002):
+    a, th = np.radians(angle_deg), np.radians(gravity_tilt_deg)
+    direction = np.array([np.cos(a), np.sin(a)])
+    friction = model.geom_friction.at[1, 0].set(mu)
+    m = eqx.tree_at(lambda m: (m.geom_friction, m.opt.gravity, m.opt.timestep), model,
+                    (friction, jnp.asarray([G * np.sin(th), 0.0, -G * np.cos(th)]), jnp.asarray(dt)))  # fmt: skip
+    data = jsn.make_data(m)
+    qvel = data.qvel.at[:2].set(speed * direction)
+    return m, data.replace(qvel=qvel), direction
+
+
+def test_sliding_box_stops_at_the_coulomb_distance_without_drift(slide):
+    model, final, _, _ = slide
+    v0, mu = 1.0, 0.5
+    m, data, direction = _slide_setup(model, v0, 30.0, mu)
+    f = final(m, data, 0.0)
+    disp = np.asarray(f.qpos[:2])
+    along = disp @ direction
+    sideways = disp @ np.array([-direction[1], direction[0]])
+    assert along == pytest.approx(v0**2 / (2 * mu * G), rel=0.01)
+    assert abs(sideways) <= 1e-6
+    assert abs(float(f.qpos[2]) - 0.1) <= 1e-6  # neither sinks nor hovers
+    assert np.abs(np.asarray(f.qvel[:6])).max() < 1e-6  # stopped
+
+
+@pytest.mark.parametrize("mu, sticks", [(0.5, True), (0.2, False)])
+def test_box_on_an_incline_sticks_or_slides_at_the_coulomb_acceleration(slide, mu, sticks):
+    model, final, _, _ = slide
+    theta, dt = 20.0, 0.004  # tan 20 deg = 0.364; 150 steps of 4 ms = 0.6 s
+    m, data, _ = _slide_setup(model, 0.0, 0.0, mu, gravity_tilt_deg=theta, dt=dt)
+    f = final(m, data, 0.0)
+    x = float(f.qpos[0])
+    if sticks:
+        assert abs(x) <= 1e-5 and abs(float(f.qpos[1])) <= 1e-5
+    else:  # semi-implicit Euler from rest: x_N = a h^2 N (N + 1) / 2
+        th = np.radians(theta)
+        a = 2 * x / (dt**2 * T_SLIDE * (T_SLIDE + 1))
+        assert a == pytest.approx(G * (np.sin(th) - mu * np.cos(th)), rel=0.01)
+
+
+def test_sliding_gradients_match_analytic_mechanics_and_finite_differences(slide):
+    model, _, grad, loss = slide
+    v0, mu, u = 1.0, 0.5, 8.0
+    m, data, direction = _slide_setup(model, v0, 30.0, mu)
+    d = jnp.asarray(direction)
+    g_qvel, g_u, g_fr = grad(data.qvel, u, m.geom_friction, m, data, d)
+    # stop distance v0^2 / (2 mu g): d/dv0 = v0 / (mu g), d/dmu = -v0^2 / (2 mu^2 g)
+    assert float(jnp.dot(g_qvel[:2], d)) == pytest.approx(v0 / (mu * G), rel=0.03)
+    assert float(g_fr[1, 0]) == pytest.approx(-(v0**2) / (2 * mu**2 * G), rel=0.03)
+
+    def central(f, x, eps=1e-6):
+        return (f(x + eps) - f(x - eps)) / (2 * eps)
+
+    checks = [
+        (g_u, central(lambda s: loss(data.qvel, s, m.geom_friction, m, data, d), u)),
+        (g_fr[1, 0], central(lambda s: loss(data.qvel, u, m.geom_friction.at[1, 0].set(s), m, data, d), mu)),
+        (g_fr[2, 0], central(lambda s: loss(data.qvel, u, m.geom_friction.at[2, 0].set(s), m, data, d), 0.3)),
+    ]
+    for i in (0, 1, 5, 6):  # box vx, vy, wz; slider vx
+        checks.append((g_qvel[i], central(lambda s: loss(data.qvel.at[i].set(s), u, m.geom_friction, m, data, d), data.qvel[i])))
+    for ours, fd in checks:
+        assert float(ours) == pytest.approx(float(fd), rel=1e-4, abs=1e-7)
+
+
+def test_ncp_rejects_what_it_does_not_model():
+    with pytest.raises(jsn.UnsupportedFeatureError, match="rk4"):
+        jsn.load_mjcf(DROP, solver="ncp", integrator="rk4")
+    with pytest.raises(jsn.UnsupportedFeatureError, match="condim 6"):
+        jsn.load_mjcf(DROP.replace('type="sphere"', 'type="sphere" condim="6"'), solver="ncp")
+    with pytest.raises(jsn.UnsupportedFeatureError, match="frictionloss"):
+        jsn.load_mjcf(SLIDE.replace('axis="1 0 0"/>', 'axis="1 0 0" frictionloss="1"/>'), solver="ncp")
+    with pytest.raises(ValueError, match="kappa_grad"):
+        jsn.load_mjcf(DROP, solver="ncp", kappa=1e-6, kappa_grad=1e-8)
+    with pytest.raises(jsn.UnsupportedFeatureError, match="implicit"):
+        jsn.load_mjcf(DROP, solver="ncp", grad_mode="unroll")
