@@ -103,8 +103,9 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     deeper than 1e-5 L at the new configuration q1 = q (+) h v1 (rotating bodies: the
     contact point moves), the step is solved again with rows re-linearized at q1:
     gap(q (+) h v) ~ gap(q1) + h J(q1) (v - v1), up to `opt.ncp_passes` passes in all.
-    Each pass costs a kinematics, a collision and a solve; a world takes the later pass
-    only where the earlier one penetrated (a select, so batches stay vmapped).
+    Each pass costs a kinematics, a collision and a solve (the passes are one `lax.scan`,
+    compiled once); a world takes the later pass only where the earlier one penetrated
+    (a select, so batches stay vmapped).
     """
     layout, opt = model.constraints, model.opt
     h = opt.timestep
@@ -117,17 +118,13 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     tolerance = max(opt.tolerance, 100 * float(jnp.finfo(h.dtype).eps))
 
     def rows_at(qvel_lin):
-        """Contacts and rows at q (+) h qvel_lin (None: at q), gaps linearized about qvel_lin."""
-        d = data
-        if qvel_lin is not None:
-            d = data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))
-            d = smooth.com_pos(model, smooth.kinematics(model, d))
+        """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (qvel_lin = 0: at q)."""
+        d = data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))
+        d = smooth.com_pos(model, smooth.kinematics(model, d))
         if layout.ncon:
             d = d.replace(contact=collide(model, d, geom_reach))
         rows = constraint.unit_rows(model, d, limit_reach)
-        if qvel_lin is not None:
-            rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
-        return d.contact, rows
+        return d.contact, rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
 
     def solve(rows):
         problem = ncp.Problem(
@@ -137,16 +134,22 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         )  # fmt: skip
         return ncp.solve(problem, opt.kappa, opt.kappa_grad, tolerance, opt.iterations, opt.iterations)
 
-    contact, rows = rows_at(None)
-    sol = solve(rows)
-    for _ in range(opt.ncp_passes - 1):
-        contact_k, rows_k = rows_at(sol.qvel)
-        gap_k = rows_k.gap + h * (rows_k.J[:, 0] @ sol.qvel)  # the true gap at q1
-        redo = jnp.min(jnp.where(rows_k.active, gap_k, jnp.inf), initial=jnp.inf) < -1e-5 * length
-        sol_k = solve(rows_k)
-        pick = lambda new, old: jax.tree.map(lambda a, b: jnp.where(redo, a, b), new, old)  # noqa: E731
-        sol, contact = pick(sol_k, sol), pick(contact_k, contact)
-        rows = rows._replace(**{f: pick(getattr(rows_k, f), getattr(rows, f)) for f in ("J", "gap", "active", "Je", "pos_e")})
+    def one_pass(carry, first):
+        """Re-linearize about the last pass's velocity; keep the new solve where that one penetrated
+        (the first pass linearizes about v = 0, i.e. at q, and is always kept)."""
+        qvel_lin = jnp.where(first, 0.0, carry[0].qvel)
+        contact, rows = rows_at(qvel_lin)
+        true_gap = rows.gap + h * (rows.J[:, 0] @ qvel_lin)  # the last pass's gaps at q1
+        penetrates = jnp.min(jnp.where(rows.active, true_gap, jnp.inf), initial=jnp.inf) < -1e-5 * length
+        new = (solve(rows), contact, rows.J, rows.gap, rows.active, rows.Je, rows.pos_e)
+        keep = first | penetrates
+        return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, carry), None
+
+    contact, rows = rows_at(jnp.zeros_like(data.qvel))
+    init = (jax.tree.map(jnp.zeros_like, jax.eval_shape(solve, rows)), contact, rows.J, rows.gap, rows.active, rows.Je, rows.pos_e)
+    first = jnp.arange(opt.ncp_passes) == 0
+    (sol, contact, *arrays), _ = jax.lax.scan(one_pass, init, first)
+    rows = rows._replace(**dict(zip(("J", "gap", "active", "Je", "pos_e"), arrays)))
     impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(
