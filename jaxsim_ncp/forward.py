@@ -115,7 +115,11 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     momentum = mass @ data.qvel + h * data.qfrc_smooth
     g = jnp.linalg.norm(opt.gravity) if not opt.disabled("gravity") else jnp.zeros_like(h)
     a_ref = jnp.where(g > 0, g, length / h**2)
-    tolerance = max(opt.tolerance, 100 * float(jnp.finfo(h.dtype).eps))
+    # float32 cannot resolve a cone pair closer than ~eps to its boundary (a sliding contact sits
+    # kappa / speed inside it): kappa and the tolerance are floored at 100 eps (1.2e-5 in float32)
+    floor = 100 * float(jnp.finfo(h.dtype).eps)
+    tolerance, kappa = max(opt.tolerance, floor), max(opt.kappa, floor)
+    kappa_grad = max(opt.kappa_grad, kappa)
 
     def rows_at(qvel_lin):
         """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (qvel_lin = 0: at q)."""
@@ -132,7 +136,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
             P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
             active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
         )  # fmt: skip
-        return ncp.solve(problem, opt.kappa, opt.kappa_grad, tolerance, opt.iterations, opt.iterations)
+        return ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit)
 
     def one_pass(carry, first):
         """Re-linearize about the last pass's velocity; keep the new solve where that one penetrated

@@ -80,6 +80,7 @@ def from_mujoco(
     kappa: float = 1e-8,
     kappa_grad: float = 1e-4,
     ncp_passes: int = 2,
+    ncp_early_exit: bool = True,
     dtype=None,
     **later,
 ) -> Model:
@@ -154,6 +155,7 @@ def from_mujoco(
         kappa=float(kappa),
         kappa_grad=float(kappa_grad),
         ncp_passes=int(ncp_passes),
+        ncp_early_exit=bool(ncp_early_exit),
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731

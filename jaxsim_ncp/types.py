@@ -321,6 +321,7 @@ class Option(eqx.Module):
     kappa: float = eqx.field(static=True, default=1e-8)  # NCP: complementarity the forward solve converges to (scaled)
     kappa_grad: float = eqx.field(static=True, default=1e-4)  # NCP: central-path point the gradient is taken at
     ncp_passes: int = eqx.field(static=True, default=2)  # NCP: solves per step (re-linearized where one penetrates)
+    ncp_early_exit: bool = eqx.field(static=True, default=True)  # NCP: stop iterating once every world converged
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""

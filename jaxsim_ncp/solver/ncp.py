@@ -30,9 +30,10 @@ Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the New
 system of the residual is reduced per unit (an 8x8 block solved with LU) to one
 (nv + ne) system; an affine step aiming at zero complementarity, the cone line search
 (eqs. 41-46), centering sigma = (mu_aff / mu)^3 (eq. 54), a corrector with the
-second-order term aiming at max(sigma mu, kappa), fraction-to-boundary 0.99. A fixed
-number of iterations in a `lax.scan`; a world that converged is frozen (per-world
-mask), so the solver vmaps.
+second-order term aiming at max(sigma mu, kappa), fraction-to-boundary 0.99. At most
+`iterations` iterations; a world that converged is frozen (per-world mask), so the
+solver vmaps; the loop stops when every world is done (`ncp_early_exit`, default) or
+runs the full count in a `lax.scan` (identical results).
 
 Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a few pure
 Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
@@ -348,34 +349,41 @@ def _centering_step(x, p: Problem, kappa):
     return x + alpha * d
 
 
-def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int):
-    """`iterations` steps in a scan; a world whose scaled residual is below tolerance is frozen."""
+def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_exit: bool):
+    """At most `iterations` steps; a world whose scaled residual is below tolerance is frozen.
 
-    def body(carry, _):
+    early_exit: a `while_loop` that stops once every world (of a vmapped batch) is done;
+    otherwise a `lax.scan` of exactly `iterations` steps. The results are identical (a
+    done world never moves); the loop is never differentiated (implicit gradients).
+    """
+
+    def body(carry):
         x, done, count = carry
         x_new = step_fn(x, p, kappa)
         x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)  # never step into NaN
         x = jnp.where(done, x, x_new)
         count = count + (~done).astype(jnp.int32)
-        done = done | (scaled_residual(x, p, kappa) <= tolerance)
-        return (x, done, count), None
+        return x, done | (scaled_residual(x, p, kappa) <= tolerance), count
 
-    done0 = scaled_residual(x, p, kappa) <= tolerance
-    (x, done, count), _ = jax.lax.scan(body, (x, done0, jnp.zeros((), jnp.int32)), None, length=iterations)
-    return x, done, count
+    carry = (x, scaled_residual(x, p, kappa) <= tolerance, jnp.zeros((), jnp.int32))
+    if early_exit:
+        return jax.lax.while_loop(lambda c: ~c[1] & (c[2] < iterations), body, carry)
+    return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=iterations)[0]
 
 
-def solve(p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, grad_iterations: int) -> Solution:
+def solve(
+    p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, early_exit: bool = True
+) -> Solution:
     """Solve the step's NCP at `kappa`; reverse mode differentiates the `kappa_grad` central point."""
 
     def run(theta, x0):
-        x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations)
+        x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit)
         return x, (done, count)
 
     def relax(x, theta, x0):
         if kappa_grad == kappa:
             return x
-        return _iterate(_centering_step, x, theta, kappa_grad, tolerance, grad_iterations)[0]
+        return _iterate(_centering_step, x, theta, kappa_grad, tolerance, iterations, early_exit)[0]
 
     solver = implicit_solver(
         run,
