@@ -176,3 +176,40 @@ def test_ncp_rejects_what_it_does_not_model():
         jsn.load_mjcf(DROP, solver="ncp", kappa=1e-6, kappa_grad=1e-8)
     with pytest.raises(jsn.UnsupportedFeatureError, match="implicit"):
         jsn.load_mjcf(DROP, solver="ncp", grad_mode="unroll")
+
+
+def test_block_reduction_solves_the_full_newton_system():
+    """Unit Jacobians, the reduced Newton direction and the transposed (implicit backward) solve
+    against the dense Jacobian of the residual, on a random problem with equality rows and
+    active, inactive, frictional and frictionless units."""
+    from jaxsim_ncp.solver import ncp
+
+    rng = np.random.default_rng(0)
+    n, nv, ne = 6, 5, 2
+    A = rng.normal(size=(nv, nv))
+    p = ncp.Problem(
+        M=jnp.asarray(A @ A.T + nv * np.eye(nv)), momentum=jnp.asarray(rng.normal(size=nv)), h=jnp.asarray(0.01),
+        J=jnp.asarray(rng.normal(size=(n, 3, nv))), gap=jnp.asarray(rng.normal(size=n)), mu=jnp.asarray(rng.uniform(size=n)),
+        Je=jnp.asarray(rng.normal(size=(ne, nv))), pos_e=jnp.asarray(rng.normal(size=ne)), P=jnp.asarray(rng.uniform(1, 2, n)),
+        Pe=jnp.asarray(rng.uniform(1, 2, ne)), L=jnp.asarray(0.2), V=jnp.asarray(20.0),
+        active=jnp.asarray([1.0, 1, 0, 1, 1, 0]), friction=jnp.asarray([1.0, 0, 1, 1, 0, 0]),
+    )  # fmt: skip
+    x = jnp.concatenate([jnp.asarray(rng.normal(size=nv + ne)), jnp.asarray(rng.uniform(0.1, 2, size=8 * n))])
+    b = jnp.asarray(rng.normal(size=x.shape[0]))
+
+    @jax.jit
+    def everything(x, p, b):
+        axes = (0, 0, 0, None, 0, None, None, None, 0, 0)
+        u, Jv = x[nv + ne :].reshape(n, 8), jnp.einsum("ckn,n->ck", p.J, x[:nv])
+        args = (u, Jv, p.gap, p.h, p.mu, p.L, p.V, 0.0, p.active, p.friction)
+        by_ad = (jax.vmap(jax.jacfwd(ncp._unit_residual, 0), axes)(*args), jax.vmap(jax.jacfwd(ncp._unit_residual, 1), axes)(*args))
+        factor = ncp.factorize(x, p)
+        r = ncp.residual(x, p, 1e-3)
+        reduced = (ncp.newton_direction(factor, p, r), ncp.transposed_solve(factor, p, b))
+        return ncp.unit_jacobians(u, p), by_ad, reduced, jax.jacfwd(ncp.residual)(x, p, 1e-3), r
+
+    written, by_ad, (direction, transposed), dense, r = everything(x, p, b)
+    for ours, ad in zip(written, by_ad):
+        np.testing.assert_array_equal(ours, ad)
+    np.testing.assert_allclose(direction, np.linalg.solve(dense, -r), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(transposed, np.linalg.solve(dense.T, b), rtol=1e-9, atol=1e-12)

@@ -121,6 +121,25 @@ def _unit_residual(u, Jv, gap, h, mu, L, V, kappa, active, friction):
     return jnp.where(active > 0, r, u - jnp.asarray(_U_INIT, u.dtype))
 
 
+def unit_jacobians(u, p: Problem):
+    """d r_u / d u (nu, 8, 8) and d r_u / d(J v) (nu, 8, 3) of `_unit_residual`, written out."""
+    n = u.shape[0]
+    gamma, s, xi, eta = u[:, 0], u[:, 1], u[:, 2:5], u[:, 5:8]
+    arrow = jax.vmap(_arrow)
+    cone = jnp.zeros((n, NU, NU), u.dtype)
+    cone = cone.at[:, 0, 1].set(1.0).at[:, 1, 6].set(1.0).at[:, 2, 7].set(1.0)
+    cone = cone.at[:, 4, 0].set(s).at[:, 4, 1].set(gamma)
+    fixed = cone.at[:, 3, 2].set(1.0).at[:, 5, 5].set(1.0).at[:, 6, 3].set(1.0).at[:, 7, 4].set(1.0)
+    cone = cone.at[:, 3, 2].set(1.0).at[:, 3, 0].set(-p.mu)
+    cone = cone.at[:, 5:, 2:5].set(arrow(eta)).at[:, 5:, 5:].set(arrow(xi))
+    friction = p.friction[:, None, None] > 0
+    A = jnp.where(friction, cone, fixed)
+    A = jnp.where(p.active[:, None, None] > 0, A, jnp.eye(NU, dtype=u.dtype))
+    B = jnp.zeros((n, NU, 3), u.dtype).at[:, 0, 0].set(-p.h / p.L)
+    B = B.at[:, 1, 1].set(-p.friction / p.V).at[:, 2, 2].set(-p.friction / p.V)
+    return A, B * p.active[:, None, None]
+
+
 def _unit_force(u, p: Problem):
     """Impulses (nu, 3) in N s of the units: P (gamma, xi_1, xi_2), zero where inactive."""
     f = jnp.stack([u[:, 0], u[:, 3] * p.friction, u[:, 4] * p.friction], axis=-1)
@@ -152,11 +171,7 @@ def factorize(x, p: Problem, nt: bool = False) -> Factor:
     """Block-reduce and factor the Newton matrix at x; nt: cone rows in NT-scaled form (the iterations)."""
     p = _constants(p)
     v, _, u = _unpack(x, p)
-    Jv = jnp.einsum("ckn,n->ck", p.J, v)
-    args = (p.gap, p.h, p.mu, p.L, p.V, 0.0, p.active, p.friction)
-    axes = (0, 0, 0, None, 0, None, None, None, 0, 0)
-    A = jax.vmap(jax.jacfwd(_unit_residual, 0), axes)(u, Jv, *args)
-    B = jax.vmap(jax.jacfwd(_unit_residual, 1), axes)(u, Jv, *args)
+    A, B = unit_jacobians(u, p)
     if nt:
         nt_rows = jax.vmap(_nt_rows)(u)[0]
         use = (p.friction * p.active)[:, None, None] > 0
