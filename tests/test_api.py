@@ -67,8 +67,11 @@ def test_overrides_and_errors():
     assert jsn.step(model, jsn.make_data(model)).qpos.dtype == jnp.float32
     with pytest.raises(jsn.UnsupportedFeatureError, match="adaptive"):
         jsn.load_mjcf(ARM, integrator="adaptive")
-    with pytest.raises(jsn.UnsupportedFeatureError, match="ncp"):
-        jsn.load_mjcf(ARM, solver="ncp")
+    assert jsn.load_mjcf(ARM, solver="ncp").opt.solver == "ncp"
+    with pytest.raises(ValueError, match="solver"):
+        jsn.load_mjcf(ARM, solver="pgs")
+    with pytest.raises(jsn.UnsupportedFeatureError, match="cfd"):
+        jsn.load_mjcf(ARM, cfd=0.1)
     with pytest.raises(TypeError, match="unknown override"):
         jsn.load_mjcf(ARM, timestpe=0.1)
     with pytest.raises(ValueError, match="integrator"):
