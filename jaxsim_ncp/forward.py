@@ -102,10 +102,12 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     The gap is linearized at the start of the step. Where that leaves a unit penetrating
     deeper than 1e-5 L at the new configuration q1 = q (+) h v1 (rotating bodies: the
     contact point moves), the step is solved again with rows re-linearized at q1:
-    gap(q (+) h v) ~ gap(q1) + h J(q1) (v - v1), up to `opt.ncp_passes` passes in all.
-    Each pass costs a kinematics, a collision and a solve (the passes are one `lax.scan`,
-    compiled once); a world takes the later pass only where the earlier one penetrated
-    (a select, so batches stay vmapped).
+    gap(q (+) h v) ~ gap(q1) + h J(q1) (v - v1), up to `opt.ncp_passes` passes in all,
+    and each world keeps the pass that penetrates least (the first one when it does not
+    penetrate: re-linearizing can also make things worse when the contact set changes
+    between passes). With n > 1 passes a step costs n solves and n + 1 kinematics and
+    collisions (the passes are one `lax.scan`, compiled once); the choices are selects,
+    so batches stay vmapped.
     """
     layout, opt = model.constraints, model.opt
     h = opt.timestep
@@ -138,22 +140,38 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         )  # fmt: skip
         return ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit)
 
+    def penetration(rows, qvel_lin):
+        """Depth of the deepest active unit at q (+) h qvel_lin (rows evaluated there; 0: none)."""
+        true_gap = rows.gap + h * (rows.J[:, 0] @ qvel_lin)
+        return jnp.maximum(0.0, -jnp.min(jnp.where(rows.active, true_gap, jnp.inf), initial=jnp.inf))
+
+    def select(pred, a, b):
+        return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+    def pack(sol, contact, rows):
+        return (sol, contact, rows.J, rows.gap, rows.active, rows.Je, rows.pos_e)
+
     def one_pass(carry, first):
-        """Re-linearize about the last pass's velocity; keep the new solve where that one penetrated
-        (the first pass linearizes about v = 0, i.e. at q, and is always kept)."""
-        qvel_lin = jnp.where(first, 0.0, carry[0].qvel)
+        """Judge the last pass at its new configuration; solve again, re-linearized there, if it penetrates."""
+        best, best_depth, last = carry
+        qvel_lin = jnp.where(first, 0.0, last[0].qvel)
         contact, rows = rows_at(qvel_lin)
-        true_gap = rows.gap + h * (rows.J[:, 0] @ qvel_lin)  # the last pass's gaps at q1
-        penetrates = jnp.min(jnp.where(rows.active, true_gap, jnp.inf), initial=jnp.inf) < -1e-5 * length
-        new = (solve(rows), contact, rows.J, rows.gap, rows.active, rows.Je, rows.pos_e)
-        keep = first | penetrates
-        return jax.tree.map(lambda a, b: jnp.where(keep, a, b), new, carry), None
+        depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
+        better = depth < best_depth
+        best, best_depth = select(better, last, best), jnp.where(better, depth, best_depth)
+        last = select(first | (depth > 1e-5 * length), pack(solve(rows), contact, rows), last)
+        return (best, best_depth, last), None
 
     contact, rows = rows_at(jnp.zeros_like(data.qvel))
-    init = (jax.tree.map(jnp.zeros_like, jax.eval_shape(solve, rows)), contact, rows.J, rows.gap, rows.active, rows.Je, rows.pos_e)
-    first = jnp.arange(opt.ncp_passes) == 0
-    (sol, contact, *arrays), _ = jax.lax.scan(one_pass, init, first)
-    rows = rows._replace(**dict(zip(("J", "gap", "active", "Je", "pos_e"), arrays)))
+    if opt.ncp_passes == 1:
+        sol = solve(rows)
+    else:
+        empty = pack(jax.tree.map(jnp.zeros_like, jax.eval_shape(solve, rows)), contact, rows)
+        first = jnp.arange(opt.ncp_passes) == 0
+        (best, best_depth, last), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), first)
+        depth = penetration(rows_at(last[0].qvel)[1], last[0].qvel)  # judge the last pass too
+        sol, contact, *arrays = select(depth < best_depth, last, best)
+        rows = rows._replace(**dict(zip(("J", "gap", "active", "Je", "pos_e"), arrays)))
     impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(
