@@ -22,9 +22,9 @@ steps) and the model's timestep (``--dt`` overrides it):
   ``--ncp-iterations``, ``--kappa``, ``--kappa-grad``, ``--ncp-passes``), Newton at
   ``--newton-iterations`` (10) / ``--newton-ls-iterations`` (20), where both models reach
   the float32 floor of the Newton residual (see bench_grad.py); the humanoid's own
-  iterations=1 would not be converged. Both solvers scan a FIXED number of iterations
-  (a converged world is frozen but still computed), so their cost is proportional to
-  that number, not to the iterations actually needed.
+  iterations=1 would not be converged. Both solvers stop once every world of the batch
+  has converged (a converged world is frozen; the NCP's ``ncp_early_exit``, Newton's
+  implicit mode), so a batch costs what its slowest world needs.
 
   * step: ``jax.jit(jax.vmap(rollout))`` over T = ``--steps`` (10) steps, returning the
     final state and the per-step solver status only;

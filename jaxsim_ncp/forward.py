@@ -123,14 +123,17 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     tolerance, kappa = max(opt.tolerance, floor), max(opt.kappa, floor)
     kappa_grad = max(opt.kappa_grad, kappa)
 
-    def rows_at(qvel_lin):
-        """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (qvel_lin = 0: at q)."""
-        d = data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))
-        d = smooth.com_pos(model, smooth.kinematics(model, d))
+    def rows_at(qvel_lin=None):
+        """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (None: at q)."""
+        d = data
+        if qvel_lin is not None:
+            d = smooth.com_pos(model, smooth.kinematics(model, data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))))
         if layout.ncon:
             d = d.replace(contact=collide(model, d, geom_reach))
         rows = constraint.unit_rows(model, d, limit_reach)
-        return d.contact, rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
+        if qvel_lin is not None:
+            rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
+        return d.contact, rows
 
     def solve(rows):
         problem = ncp.Problem(
@@ -162,11 +165,12 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         last = select(first | (depth > 1e-5 * length), pack(solve(rows), contact, rows), last)
         return (best, best_depth, last), None
 
-    contact, rows = rows_at(jnp.zeros_like(data.qvel))
     if opt.ncp_passes == 1:
+        contact, rows = rows_at()
         sol = solve(rows)
     else:
-        empty = pack(jax.tree.map(jnp.zeros_like, jax.eval_shape(solve, rows)), contact, rows)
+        _, rows = rows_at()  # only its static fields (mu, inv_mass, friction) are used below: the rest is DCE'd
+        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: pack(solve(rows_at()[1]), *rows_at())))
         first = jnp.arange(opt.ncp_passes) == 0
         (best, best_depth, last), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), first)
         depth = penetration(rows_at(last[0].qvel)[1], last[0].qvel)  # judge the last pass too
