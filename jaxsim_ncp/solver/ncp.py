@@ -55,7 +55,6 @@ from .implicit import implicit_solver
 NU = 8  # variables per unit: gamma, s, xi (3), eta (3)
 _U_INIT = (1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 _FRACTION_TO_BOUNDARY = 0.99
-_COMPLEMENTARITY_ROWS = slice(4, 8)  # rows of the unit residual that hold gamma s and xi o eta
 
 
 class Problem(NamedTuple):
