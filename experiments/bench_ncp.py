@@ -102,7 +102,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_contact import _fmt, _peak_rss_gb, humanoid_path  # noqa: E402
+from bench_contact import _fmt, _peak_rss_gb, humanoid_path, pile_xml  # noqa: E402
 
 MODELS = ("pile", "humanoid")
 PARTS = ("step", "grad", "table5")
@@ -118,30 +118,6 @@ DEFAULT_CSV = pathlib.Path(__file__).resolve().parent / "results" / "bench_ncp.c
 # ---------------------------------------------------------------------------------- models
 
 
-def pile_xml(nx: int, ny: int, nz: int, drop: float, half: float = 0.05, gap: float = 0.002) -> str:
-    """nx*ny*nz free cubes in a grid, `drop` above the plane and above each other, `gap` apart sideways."""
-    bodies = []
-    pitch = 2 * half + gap
-    for k in range(nz):
-        for i in range(nx):
-            for j in range(ny):
-                x, y = (i - (nx - 1) / 2) * pitch, (j - (ny - 1) / 2) * pitch
-                z = half + drop + k * (2 * half + drop)
-                bodies.append(
-                    f'    <body name="box_{k}_{i}_{j}" pos="{x:.6f} {y:.6f} {z:.6f}">'
-                    f'<freejoint/><geom type="box" size="{half} {half} {half}"/></body>'
-                )
-    body_xml = "\n".join(bodies)
-    return f"""<mujoco model="box_pile">
-  <option timestep="0.005"/>
-  <worldbody>
-    <geom name="floor" type="plane" size="5 5 0.1"/>
-{body_xml}
-  </worldbody>
-</mujoco>
-"""
-
-
 def mj_model(args, name: str):
     """(MjModel, start qpos, qvel perturbation sigma) of a benchmark model."""
     import mujoco
@@ -151,7 +127,9 @@ def mj_model(args, name: str):
         key = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "squat")
         return m, np.array(m.key_qpos[key]), 0.1
     if name == "pile":
-        m = mujoco.MjModel.from_xml_string(pile_xml(*args.pile, drop=args.drop))
+        # bench_contact's pile with layers `drop` apart (negative overlap); its MJCF solver options are
+        # overridden here (solver_overrides), the NCP always uses its exact cones
+        m = mujoco.MjModel.from_xml_string(pile_xml(*args.pile, sink=-args.drop))
         return m, np.array(m.qpos0), 0.05
     raise ValueError(f"unknown model {name!r}")
 

@@ -410,8 +410,9 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
     layout = model.constraints
     eq = _equality_rows(model, data)
     lim = _limit_rows(model, data)
-    J, gap, mu, inv_mass, active = [], [], [], [], []
-    friction = []
+    none = jnp.zeros((0,), model.dtype)  # each list starts empty-shaped, so a model without units concatenates too
+    J, gap, mu, inv_mass = [jnp.zeros((0, 3, model.nv), model.dtype)], [none], [none], [none]
+    active, friction = [jnp.zeros((0,), bool)], [np.zeros(0, bool)]
     if layout.nl:
         z = jnp.zeros_like(lim.J)
         J.append(jnp.stack([lim.J, z, z], axis=1))
@@ -429,10 +430,6 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
         inv_mass.append(model.body_invweight0[body[:, 0], 0] + model.body_invweight0[body[:, 1], 0])
         active.append(con.mask)
         friction.append(layout.contact_dim == 3)
-    if not J:
-        J.append(jnp.zeros((0, 3, model.nv), model.dtype))
-        gap, mu, inv_mass = ([jnp.zeros((0,), model.dtype)] for _ in range(3))
-        active, friction = [jnp.zeros((0,), bool)], [np.zeros(0, bool)]
     return UnitRows(
         J=jnp.concatenate(J), gap=jnp.concatenate(gap), mu=jnp.concatenate(mu), inv_mass=jnp.concatenate(inv_mass),
         active=jnp.concatenate(active), friction=np.concatenate(friction),

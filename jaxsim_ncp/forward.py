@@ -151,9 +151,6 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     def select(pred, a, b):
         return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
-    def pack(sol, contact, rows):
-        return (sol, contact, rows.J, rows.gap, rows.active, rows.Je, rows.pos_e)
-
     def one_pass(carry, first):
         """Judge the last pass at its new configuration; solve again, re-linearized there, if it penetrates."""
         best, best_depth, last = carry
@@ -162,20 +159,18 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
         better = depth < best_depth
         best, best_depth = select(better, last, best), jnp.where(better, depth, best_depth)
-        last = select(first | (depth > 1e-5 * length), pack(solve(rows), contact, rows), last)
+        last = select(first | (depth > 1e-5 * length), (solve(rows), contact, rows), last)
         return (best, best_depth, last), None
 
     if opt.ncp_passes == 1:
         contact, rows = rows_at()
         sol = solve(rows)
     else:
-        _, rows = rows_at()  # only its static fields (mu, inv_mass, friction) are used below: the rest is DCE'd
-        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: pack(solve(rows_at()[1]), *rows_at())))
+        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), *rows_at())))
         first = jnp.arange(opt.ncp_passes) == 0
         (best, best_depth, last), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), first)
         depth = penetration(rows_at(last[0].qvel)[1], last[0].qvel)  # judge the last pass too
-        sol, contact, *arrays = select(depth < best_depth, last, best)
-        rows = rows._replace(**dict(zip(("J", "gap", "active", "Je", "pos_e"), arrays)))
+        sol, contact, rows = select(depth < best_depth, last, best)
     impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(

@@ -166,15 +166,14 @@ class Factor(NamedTuple):
     system_lu: tuple  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, 0]]
 
 
-def factorize(x, p: Problem, nt: bool = False) -> Factor:
-    """Block-reduce and factor the Newton matrix at x; nt: cone rows in NT-scaled form (the iterations)."""
+def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
+    """Block-reduce and factor the Newton matrix at x; nt (the iterations): cone rows in NT-scaled form."""
     p = _constants(p)
     v, _, u = _unpack(x, p)
     A, B = unit_jacobians(u, p)
-    if nt:
-        nt_rows = jax.vmap(_nt_rows)(u)[0]
+    if nt is not None:
         use = (p.friction * p.active)[:, None, None] > 0
-        A = A.at[:, 5:8].set(jnp.where(use, nt_rows, A[:, 5:8]))
+        A = A.at[:, 5:8].set(jnp.where(use, nt.rows, A[:, 5:8]))
     unit_lu = jax.vmap(linalg.lu_factor)(A)
     AinvB = jax.vmap(linalg.lu_solve)(unit_lu, B)
     F = _force_map(p)  # (nu, 3, 8)
@@ -256,13 +255,25 @@ def _arrow(a):
     return a[0] * jnp.eye(3, dtype=a.dtype) + jnp.zeros((3, 3), a.dtype).at[0, 1:].set(a[1:]).at[1:, 0].set(a[1:])
 
 
-def _nt_rows(u):
-    """NT-scaled linearization of xi o eta: rows Arw(lam) [W^-1 | W] on (xi, eta), and lam, W, W^-1."""
-    W, W_inv, lam = _nt_scaling(u[2:5], u[5:8])
-    rows = jnp.zeros((3, NU), u.dtype)
-    L = _arrow(lam)
-    rows = rows.at[:, 2:5].set(L @ W_inv).at[:, 5:8].set(L @ W)
-    return rows, lam, W, W_inv
+class NT(NamedTuple):
+    """Per unit: the NT-scaled rows Arw(lam) [W^-1 | W] of xi o eta on (xi, eta), and lam, W, W^-1."""
+
+    rows: Array  # (nu, 3, 8)
+    lam: Array  # (nu, 3)
+    W: Array  # (nu, 3, 3)
+    W_inv: Array  # (nu, 3, 3)
+
+
+def _nt(u) -> NT:
+    """The NT linearization of every unit's cone pair at u (nu, 8)."""
+
+    def one(u):
+        W, W_inv, lam = _nt_scaling(u[2:5], u[5:8])
+        L = _arrow(lam)
+        rows = jnp.zeros((3, NU), u.dtype).at[:, 2:5].set(L @ W_inv).at[:, 5:8].set(L @ W)
+        return NT(rows, lam, W, W_inv)
+
+    return jax.vmap(one)(u)
 
 
 # ---------------------------------------------------------------------- cones
@@ -299,18 +310,16 @@ def complementarity(u, p: Problem):
     return jnp.sum(p.active * total) / jnp.maximum(degree, 1.0)
 
 
-def _nt_residual(x, p: Problem, target, du_aff=None):
+def _nt_residual(x, p: Problem, nt: NT, target, du_aff=None):
     """The residual with the cone rows in NT form: lam o lam - target e (+ Mehrotra's corrector
     (W^-1 dxi) o (W deta) of the affine step), and the orthant's dgamma ds corrector."""
     r = residual(x, p, target)
-    nvne = x.shape[0] - _unpack(x, p)[2].size
-    u = _unpack(x, p)[2]
-    _, lam, W, W_inv = jax.vmap(_nt_rows)(u)
+    nvne = x.shape[0] - nt.lam.shape[0] * NU
     e = jnp.zeros((3,), x.dtype).at[0].set(1.0)
-    cone = jax.vmap(_soc_product)(lam, lam) - target * e
+    cone = jax.vmap(_soc_product)(nt.lam, nt.lam) - target * e
     if du_aff is not None:
-        dxi = jnp.einsum("cab,cb->ca", W_inv, du_aff[:, 2:5])
-        deta = jnp.einsum("cab,cb->ca", W, du_aff[:, 5:8])
+        dxi = jnp.einsum("cab,cb->ca", nt.W_inv, du_aff[:, 2:5])
+        deta = jnp.einsum("cab,cb->ca", nt.W, du_aff[:, 5:8])
         cone = cone + jax.vmap(_soc_product)(dxi, deta)
     r_u = r[nvne:].reshape(-1, NU)
     use = (p.friction * p.active)[:, None] > 0
@@ -341,16 +350,17 @@ def initial_point(p: Problem):
 
 def _mehrotra_step(x, p: Problem, kappa):
     """One predictor-corrector iteration (Dojo Alg. 2 with eqs. 52-54)."""
-    _, _, u = _unpack(x, p)
-    factor = factorize(x, p, nt=True)
-    d_aff = newton_direction(factor, p, _nt_residual(x, p, 0.0))
+    u = _unpack(x, p)[2]
+    nt = _nt(u)
+    factor = factorize(x, p, nt)
+    d_aff = newton_direction(factor, p, _nt_residual(x, p, nt, 0.0))
     du_aff = _unpack(d_aff, p)[2]
     a_aff = max_step(u, du_aff, p)
     mu = complementarity(u, p)
     mu_aff = complementarity(u + a_aff * du_aff, p)
     sigma = jnp.clip(mu_aff / jnp.maximum(mu, jnp.finfo(x.dtype).tiny), 0.0, 1.0) ** 3
     target = jnp.maximum(sigma * mu, kappa)
-    d = newton_direction(factor, p, _nt_residual(x, p, target, du_aff))
+    d = newton_direction(factor, p, _nt_residual(x, p, nt, target, du_aff))
     alpha = jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * max_step(u, _unpack(d, p)[2], p))
     return x + alpha * d
 
@@ -358,7 +368,8 @@ def _mehrotra_step(x, p: Problem, kappa):
 def _centering_step(x, p: Problem, kappa):
     """A damped Newton step on the kappa-relaxed system (no predictor)."""
     u = _unpack(x, p)[2]
-    d = newton_direction(factorize(x, p, nt=True), p, _nt_residual(x, p, kappa))
+    nt = _nt(u)
+    d = newton_direction(factorize(x, p, nt), p, _nt_residual(x, p, nt, kappa))
     alpha = jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * max_step(u, _unpack(d, p)[2], p))
     return x + alpha * d
 
