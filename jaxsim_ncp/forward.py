@@ -135,13 +135,13 @@ def _ncp_solve(model: Model, data: Data) -> Data:
             rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
         return d.contact, rows
 
-    def solve(rows):
+    def solve(rows, skip=False):
         problem = ncp.Problem(
             M=mass, momentum=momentum, h=h, J=rows.J, gap=rows.gap, mu=rows.mu, Je=rows.Je, pos_e=rows.pos_e,
             P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
             active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
         )  # fmt: skip
-        return ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit)
+        return ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip)
 
     def penetration(rows, qvel_lin):
         """Depth of the deepest active unit at q (+) h qvel_lin (rows evaluated there; 0: none)."""
@@ -159,7 +159,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
         better = depth < best_depth
         best, best_depth = select(better, last, best), jnp.where(better, depth, best_depth)
-        last = select(first | (depth > 1e-5 * length), (solve(rows), contact, rows), last)
+        needed = first | (depth > 1e-5 * length)
+        last = select(needed, (solve(rows, skip=~needed), contact, rows), last)
         return (best, best_depth, last), None
 
     if opt.ncp_passes == 1:

@@ -194,7 +194,9 @@ def test_block_reduction_solves_the_full_newton_system():
         Pe=jnp.asarray(rng.uniform(1, 2, ne)), L=jnp.asarray(0.2), V=jnp.asarray(20.0),
         active=jnp.asarray([1.0, 1, 0, 1, 1, 0]), friction=jnp.asarray([1.0, 0, 1, 1, 0, 0]),
     )  # fmt: skip
-    x = jnp.concatenate([jnp.asarray(rng.normal(size=nv + ne)), jnp.asarray(rng.uniform(0.1, 2, size=8 * n))])
+    u = rng.uniform(0.1, 2, size=(n, 8))
+    u[:, [2, 5]] += np.linalg.norm(u[:, [3, 4]], axis=1, keepdims=True) + np.linalg.norm(u[:, [6, 7]], axis=1, keepdims=True)  # interior
+    x = jnp.concatenate([jnp.asarray(rng.normal(size=nv + ne)), jnp.asarray(u.reshape(-1))])
     b = jnp.asarray(rng.normal(size=x.shape[0]))
 
     @jax.jit
@@ -206,10 +208,15 @@ def test_block_reduction_solves_the_full_newton_system():
         factor = ncp.factorize(x, p)
         r = ncp.residual(x, p, 1e-3)
         reduced = (ncp.newton_direction(factor, p, r), ncp.transposed_solve(factor, p, b))
-        return ncp.unit_jacobians(u, p), by_ad, reduced, jax.jacfwd(ncp.residual)(x, p, 1e-3), r
+        nt = ncp._nt(u)
+        nt_rows = ncp.unit_jacobians(u, p)[0].at[:, 5:8].set(jnp.where((p.friction * p.active)[:, None, None] > 0, nt.rows, 0.0))
+        nt_inverse = (ncp.factorize(x, p, nt).unit_inv, nt_rows)
+        return ncp.unit_jacobians(u, p), by_ad, reduced, jax.jacfwd(ncp.residual)(x, p, 1e-3), r, nt_inverse
 
-    written, by_ad, (direction, transposed), dense, r = everything(x, p, b)
+    written, by_ad, (direction, transposed), dense, r, (nt_inv, nt_A) = everything(x, p, b)
     for ours, ad in zip(written, by_ad):
         np.testing.assert_array_equal(ours, ad)
     np.testing.assert_allclose(direction, np.linalg.solve(dense, -r), rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(transposed, np.linalg.solve(dense.T, b), rtol=1e-9, atol=1e-12)
+    frictional = np.asarray(p.friction * p.active) > 0  # the NT-scaled cone rows of the iterations, inverted in closed form
+    np.testing.assert_allclose(np.asarray(nt_inv)[frictional] @ np.asarray(nt_A)[frictional], np.broadcast_to(np.eye(8), (int(frictional.sum()), 8, 8)), atol=1e-12)

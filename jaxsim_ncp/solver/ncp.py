@@ -159,30 +159,69 @@ def residual(x, p: Problem, kappa) -> Array:
 
 
 class Factor(NamedTuple):
-    """The Newton matrix of `residual`, block-reduced: unit blocks A, A^-1 B, and the (nv+ne) system."""
+    """The Newton matrix of `residual`, block-reduced: unit blocks A^-1, A^-1 B, and the (nv+ne) system."""
 
-    unit_lu: tuple  # per-unit LU of A = d r_u / d u
+    unit_inv: Array  # (nu, 8, 8): A^-1, A = d r_u / d u (cone rows in NT form during the iterations)
     AinvB: Array  # (nu, 8, 3): A^-1 d r_u / d(J v)
     system_lu: tuple  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, 0]]
+
+
+def _arrow_inv(a):
+    """Arw(a)^-1 = [[a0, -a1^T], [-a1, (det / a0) I + a1 a1^T / a0]] / det, det = a0^2 - |a1|^2 (a interior)."""
+    det = _lorentz_det(a)
+    lower = (det / a[0]) * jnp.eye(2, dtype=a.dtype) + jnp.outer(a[1:], a[1:]) / a[0]
+    top = jnp.concatenate([a[:1], -a[1:]])
+    return jnp.concatenate([top[None], jnp.concatenate([-a[1:, None], lower], axis=1)]) / det
+
+
+def _unit_inverse(u, p: Problem, nt: NT | None) -> Array:
+    """A^-1 (nu, 8, 8) of every unit's Jacobian `unit_jacobians`, by elimination in closed form.
+
+    A y = r reads: y_s = r0, y_eta_t = r12, s y_gamma + gamma y_s = r4, y_xi0 - mu y_gamma = r3 and
+    the cone rows P y_xi + Q y_eta = r567, so y_xi = P^-1 r567 - S y_eta with S = P^-1 Q; its first
+    row fixes y_eta0. Exact Jacobian: P = Arw(eta), Q = Arw(xi); NT form (nt given):
+    P = Arw(lam) W^-1, Q = Arw(lam) W, so P^-1 = W Arw(lam)^-1 and S = W^2. Frictionless units
+    (xi = eta = e fixed) and inactive ones (identity) are read off directly.
+    """
+    gamma, s = u[:, 0], u[:, 1]
+    if nt is None:
+        P_inv = jax.vmap(_arrow_inv)(u[:, 5:8])
+        S = P_inv @ jax.vmap(_arrow)(u[:, 2:5])
+    else:
+        P_inv = nt.W @ jax.vmap(_arrow_inv)(nt.lam)
+        S = nt.W @ nt.W
+
+    def solve(r):  # r: (nu, 8) -> y (nu, 8)
+        y_s = r[:, 0]
+        y_gamma = (r[:, 4] - gamma * y_s) / s
+        y_eta_t = r[:, 1:3]
+        y_xi0 = r[:, 3] + p.mu * y_gamma
+        c = jnp.einsum("cab,cb->ca", P_inv, r[:, 5:8])
+        y_eta0 = (c[:, 0] - jnp.einsum("ct,ct->c", S[:, 0, 1:], y_eta_t) - y_xi0) / S[:, 0, 0]
+        y_xi_t = c[:, 1:] - S[:, 1:, 0] * y_eta0[:, None] - jnp.einsum("cab,cb->ca", S[:, 1:, 1:], y_eta_t)
+        cone = jnp.concatenate([y_gamma[:, None], y_s[:, None], y_xi0[:, None], y_xi_t, y_eta0[:, None], y_eta_t], axis=1)
+        fixed = jnp.concatenate([y_gamma[:, None], y_s[:, None], r[:, 3:4], r[:, 6:8], r[:, 5:6], y_eta_t], axis=1)
+        y = jnp.where(p.friction[:, None] > 0, cone, fixed)
+        return jnp.where(p.active[:, None] > 0, y, r)
+
+    eye = jnp.broadcast_to(jnp.eye(NU, dtype=u.dtype), (u.shape[0], NU, NU))
+    return jax.vmap(solve, in_axes=2, out_axes=2)(eye)
 
 
 def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     """Block-reduce and factor the Newton matrix at x; nt (the iterations): cone rows in NT-scaled form."""
     p = _constants(p)
     v, _, u = _unpack(x, p)
-    A, B = unit_jacobians(u, p)
-    if nt is not None:
-        use = (p.friction * p.active)[:, None, None] > 0
-        A = A.at[:, 5:8].set(jnp.where(use, nt.rows, A[:, 5:8]))
-    unit_lu = jax.vmap(linalg.lu_factor)(A)
-    AinvB = jax.vmap(linalg.lu_solve)(unit_lu, B)
+    _, B = unit_jacobians(u, p)
+    unit_inv = _unit_inverse(u, p, nt)
+    AinvB = unit_inv @ B
     F = _force_map(p)  # (nu, 3, 8)
     W = F @ AinvB  # (nu, 3, 3)
     H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
     ne = p.Je.shape[0]
     top = jnp.concatenate([H, -p.Je.T * p.Pe[None, :]], axis=1)
     bottom = jnp.concatenate([p.h * p.Je / p.L, jnp.zeros((ne, ne), H.dtype)], axis=1)
-    return Factor(unit_lu, AinvB, linalg.lu_factor(jnp.concatenate([top, bottom])))
+    return Factor(unit_inv, AinvB, linalg.lu_factor(jnp.concatenate([top, bottom])))
 
 
 def _force_map(p: Problem) -> Array:
@@ -198,7 +237,7 @@ def newton_direction(factor: Factor, p: Problem, r) -> Array:
     p = _constants(p)
     nv = p.M.shape[0]
     r_v, r_e, r_u = _unpack(r, p)
-    Ainv_r = jax.vmap(linalg.lu_solve)(factor.unit_lu, r_u)  # (nu, 8)
+    Ainv_r = jnp.einsum("cab,cb->ca", factor.unit_inv, r_u)  # (nu, 8)
     rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, jnp.einsum("cka,ca->ck", _force_map(p), Ainv_r))
     d = linalg.lu_solve(factor.system_lu, jnp.concatenate([rhs_v, -r_e]))
     dv, dle = d[:nv], d[nv:]
@@ -216,7 +255,7 @@ def transposed_solve(factor: Factor, p: Problem, b) -> Array:
     y = linalg.lu_solve(factor.system_lu, jnp.concatenate([rhs_v, b_e]), trans=True)
     y_v, y_e = y[:nv], y[nv:]
     FtJy = jnp.einsum("cka,ck->ca", _force_map(p), jnp.einsum("ckn,n->ck", p.J, y_v))
-    y_u = jax.vmap(lambda lu, rhs: linalg.lu_solve(lu, rhs, trans=True))(factor.unit_lu, b_u + FtJy)
+    y_u = jnp.einsum("cba,cb->ca", factor.unit_inv, b_u + FtJy)
     return _pack(y_v, y_e, y_u)
 
 
@@ -234,8 +273,7 @@ def _nt_scaling(xi, eta):
     """
     jm = jnp.asarray([1.0, -1.0, -1.0], xi.dtype)
     tiny = jnp.finfo(xi.dtype).tiny
-    nx = jnp.sqrt(jnp.maximum(jnp.dot(xi, jm * xi), tiny))
-    ne = jnp.sqrt(jnp.maximum(jnp.dot(eta, jm * eta), tiny))
+    nx, ne = jnp.sqrt(_lorentz_det(xi)), jnp.sqrt(_lorentz_det(eta))
     xb, eb = xi / nx, eta / ne
     w = (xb + jm * eb) / jnp.sqrt(jnp.maximum(2.0 * (1.0 + jnp.dot(xb, eb)), tiny))
     b = jnp.sqrt(nx / ne)
@@ -248,6 +286,14 @@ def _nt_scaling(xi, eta):
 
     W, W_inv = b * block(1.0), block(-1.0) / b
     return W, W_inv, W @ eta
+
+
+def _lorentz_det(a):
+    """a0^2 - |a1|^2 as (a0 - |a1|)(a0 + |a1|), floored at eps a0^2: a point rounded onto the cone
+    boundary (float32, |a| ~ 1e2) counts as eps inside it instead of making the scaling overflow."""
+    eps = jnp.finfo(a.dtype).eps
+    r = jnp.sqrt(jnp.dot(a[1:], a[1:]))
+    return jnp.maximum((a[0] - r) * (a[0] + r), eps * a[0] ** 2 + jnp.finfo(a.dtype).tiny)
 
 
 def _arrow(a):
@@ -286,7 +332,7 @@ def _orthant_step(y, d):
 
 def _soc_step(y, d):
     """Largest alpha with y + alpha d in the second-order cone (eqs. 42-46), inf if unbounded."""
-    nu = jnp.maximum(y[0] ** 2 - jnp.dot(y[1:], y[1:]), jnp.finfo(y.dtype).tiny)
+    nu = _lorentz_det(y)
     sq = jnp.sqrt(nu)
     zeta = y[0] * d[0] - jnp.dot(y[1:], d[1:])
     rho0 = zeta / nu
@@ -329,12 +375,39 @@ def _nt_residual(x, p: Problem, nt: NT, target, du_aff=None):
     return r.at[nvne:].set(r_u.reshape(-1))
 
 
+def _term_magnitudes(x, p: Problem) -> Array:
+    """Per row of `residual`, the magnitude of its largest terms (same scaling as the rows).
+
+    A row cannot be resolved below roundoff of its terms: in float32 the cone-radius row
+    xi_0 - mu gamma of a unit carrying 100x its weight has an error of ~1e-5 however it is solved.
+    """
+    p = _constants(p)
+    v, le, u = _unpack(x, p)
+    Jv = jnp.abs(jnp.einsum("ckn,n->ck", p.J, v))
+    gamma, s, xi, eta = jnp.abs(u[:, 0]), u[:, 1], jnp.abs(u[:, 2:5]), jnp.abs(u[:, 5:8])
+    m_v = (
+        jnp.abs(p.M) @ jnp.abs(v) + jnp.abs(p.momentum) + jnp.abs(p.Je.T) @ jnp.abs(p.Pe * le)
+        + jnp.einsum("ckn,ck->n", jnp.abs(p.J), jnp.abs(_unit_force(u, p)))
+    )  # fmt: skip
+    m_e = (jnp.abs(p.pos_e) + p.h * (jnp.abs(p.Je) @ jnp.abs(v))) / p.L
+    m_gap = jnp.abs(s) + (jnp.abs(p.gap) + p.h * Jv[:, 0]) / p.L
+    m_t = eta[:, 1:] + Jv[:, 1:] / p.V
+    m_radius = xi[:, 0] + p.mu * gamma
+    m_cone = jnp.concatenate([(xi[:, :1] * eta[:, :1] + jnp.sum(xi[:, 1:] * eta[:, 1:], -1, keepdims=True)), xi[:, :1] * eta[:, 1:] + eta[:, :1] * xi[:, 1:]], axis=1)
+    m_u = jnp.concatenate([m_gap[:, None], m_t, m_radius[:, None], (gamma * s)[:, None], m_cone], axis=1)
+    m_u = jnp.where((p.active * p.friction)[:, None] > 0, m_u, m_u.at[:, 1:4].set(0.0).at[:, 5:].set(0.0))
+    return _pack(m_v, m_e, jnp.where(p.active[:, None] > 0, m_u, 0.0))
+
+
 def scaled_residual(x, p: Problem, kappa):
-    """Infinity norm of the residual with momentum rows in velocity units (/ diag(M) V)."""
+    """Relative residual: max over rows of |r_i| / (1 + m_i), the momentum rows in velocity units
+    (/ diag(M) V) and m_i the magnitude of row i's terms (`_term_magnitudes`)."""
     nv = p.M.shape[0]
     r = residual(x, p, kappa)
     scale = jnp.concatenate([1.0 / (jnp.diag(p.M) * p.V), jnp.ones(r.shape[0] - nv, r.dtype)])
-    return jnp.max(jnp.abs(r * jax.lax.stop_gradient(scale)), initial=0.0)
+    scale = jax.lax.stop_gradient(scale)
+    m = jax.lax.stop_gradient(_term_magnitudes(x, p))
+    return jnp.max(jnp.abs(r * scale) / (1.0 + m * scale), initial=0.0)
 
 
 # ---------------------------------------------------------------------- the solver
@@ -360,9 +433,14 @@ def _mehrotra_step(x, p: Problem, kappa):
     mu_aff = complementarity(u + a_aff * du_aff, p)
     sigma = jnp.clip(mu_aff / jnp.maximum(mu, jnp.finfo(x.dtype).tiny), 0.0, 1.0) ** 3
     target = jnp.maximum(sigma * mu, kappa)
-    d = newton_direction(factor, p, _nt_residual(x, p, nt, target, du_aff))
-    alpha = jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * max_step(u, _unpack(d, p)[2], p))
-    return x + alpha * d
+    # Mehrotra's corrected direction, or the plain one to the same target if that reaches further:
+    # when the boundary cuts the affine step short, the second-order term overshoots and the
+    # iteration can cycle (a sphere 1.75 mm deep, sliding at 2 m/s: period 4, never converging)
+    residuals = jnp.stack([_nt_residual(x, p, nt, target, du_aff), _nt_residual(x, p, nt, target)])
+    directions = jax.vmap(lambda r: newton_direction(factor, p, r))(residuals)
+    alphas = jax.vmap(lambda d: max_step(u, _unpack(d, p)[2], p))(directions)
+    best = jnp.argmax(alphas)
+    return x + jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * alphas[best]) * directions[best]
 
 
 def _centering_step(x, p: Problem, kappa):
@@ -374,8 +452,9 @@ def _centering_step(x, p: Problem, kappa):
     return x + alpha * d
 
 
-def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_exit: bool):
-    """At most `iterations` steps; a world whose scaled residual is below tolerance is frozen.
+def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_exit: bool, skip=False):
+    """At most `iterations` steps; a world whose scaled residual is below tolerance is frozen
+    (skip: frozen from the start, its result is not wanted).
 
     early_exit: a `while_loop` that stops once every world (of a vmapped batch) is done;
     otherwise a `lax.scan` of exactly `iterations` steps. The results are identical (a
@@ -390,25 +469,30 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
         count = count + (~done).astype(jnp.int32)
         return x, done | (scaled_residual(x, p, kappa) <= tolerance), count
 
-    carry = (x, scaled_residual(x, p, kappa) <= tolerance, jnp.zeros((), jnp.int32))
+    carry = (x, skip | (scaled_residual(x, p, kappa) <= tolerance), jnp.zeros((), jnp.int32))
     if early_exit:
         return jax.lax.while_loop(lambda c: ~c[1] & (c[2] < iterations), body, carry)
     return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=iterations)[0]
 
 
 def solve(
-    p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, early_exit: bool = True
+    p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, early_exit: bool = True, skip=False
 ) -> Solution:
-    """Solve the step's NCP at `kappa`; reverse mode differentiates the `kappa_grad` central point."""
+    """Solve the step's NCP at `kappa`; reverse mode differentiates the `kappa_grad` central point.
 
-    def run(theta, x0):
-        x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit)
+    skip (per world, traced): do not iterate, the result is discarded (a re-linearized pass that a
+    world does not need); under vmap the early-exit loop then runs only for the worlds that do.
+    """
+
+    def run(theta, start):
+        x0, skip = start
+        x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip)
         return x, (done, count)
 
-    def relax(x, theta, x0):
+    def relax(x, theta, start):
         if kappa_grad == kappa:
             return x
-        return _iterate(_centering_step, x, theta, kappa_grad, tolerance, iterations, early_exit)[0]
+        return _iterate(_centering_step, x, theta, kappa_grad, tolerance, iterations, early_exit, start[1])[0]
 
     solver = implicit_solver(
         run,
@@ -418,7 +502,7 @@ def solve(
         linearization_point=relax,
     )
     x0 = jax.lax.stop_gradient(initial_point(p))
-    x, (done, count) = solver(p, x0)
+    x, (done, count) = solver(p, (x0, jnp.asarray(skip)))
     v, le, u = _unpack(x, p)
     return Solution(
         qvel=v,
