@@ -27,13 +27,15 @@ velocities by L / h. With kappa = 1e-8 a body resting on its weight keeps a gap 
 about 1e-8 L and creeps at most 1e-8 L per step.
 
 Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the Newton
-system of the residual is reduced per unit (an 8x8 block solved with LU) to one
-(nv + ne) system; an affine step aiming at zero complementarity, the cone line search
-(eqs. 41-46), centering sigma = (mu_aff / mu)^3 (eq. 54), a corrector with the
-second-order term aiming at max(sigma mu, kappa), fraction-to-boundary 0.99. At most
-`iterations` iterations; a world that converged is frozen (per-world mask), so the
-solver vmaps; the loop stops when every world is done (`ncp_early_exit`, default) or
-runs the full count in a `lax.scan` (identical results).
+system of the residual is reduced per unit (each 8x8 block inverted in closed form) to
+one (nv + ne) system, LU-factored once and applied to three right-hand sides: an
+affine step aiming at zero complementarity, the cone line search (eqs. 41-46), centering sigma = (mu_aff / mu)^3 (eq. 54); then Mehrotra's corrector (the
+second-order term) and the plain direction, both aiming at max(sigma mu, kappa), and
+the one that can step further is taken, with fraction-to-boundary 0.99. Converged
+means every row of the residual is below `tolerance` relative to its terms
+(`scaled_residual`). At most `iterations` iterations; a world that converged is frozen
+(per-world mask), so the solver vmaps; the loop stops when every world is done
+(`ncp_early_exit`, default) or runs the full count in a `lax.scan` (identical results).
 
 Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a few pure
 Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
