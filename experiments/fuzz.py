@@ -8,9 +8,12 @@ and timestep; some start deeply interpenetrating. Each scene is compiled by MuJo
 models are stacked and a whole group runs as one vmapped, jitted program: one compile
 per structure, not per scene.
 
+Both solvers are fuzzed: 30% of the structures (``--ncp-fraction``) use the hard-contact
+NCP (``solver="ncp"``, in the settings it supports), the rest MuJoCo's soft Newton solver.
+
 Checked per scene: every state of the rollout and the gradient of a rollout loss with
 respect to the initial velocity and the geom frictions are finite; the solver and
-divergence flags; for scenes that start apart (no contact with dist < 0 in MuJoCo)
+divergence flags (steps without solver convergence are counted per solver); for scenes that start apart (no contact with dist < 0 in MuJoCo)
 the mechanical energy never rises above its start by more than a tolerance.
 
     .venv/bin/python experiments/fuzz.py --scenes 10000 --steps 500   # the long study
@@ -49,6 +52,7 @@ class Structure:
     iterations: int = 10
     ls_iterations: int = 10
     grad_mode: str = "implicit"
+    solver: str = "newton"  # or "ncp" (hard contact: elliptic cones, condim 1/3, euler/implicitfast, implicit gradients)
 
 
 def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
@@ -144,7 +148,7 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         models.append(
             jsn.from_mujoco(
                 mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,
-                ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, dtype=dtype,
+                ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, solver=structure.solver, dtype=dtype,
             )
         )
         qpos.append(md.qpos.copy())
@@ -163,7 +167,8 @@ def energy(model: jsn.Model, data: jsn.Data) -> jax.Array:
 
 
 def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
-    """One scene: (all states finite, gradient finite, energies (steps+1,), diverged, gradient norm)."""
+    """One scene: (all states finite, gradient finite, energies (steps+1,), diverged, gradient norm,
+    steps whose solver did not converge)."""
     data = jsn.make_data(model).replace(qpos=qpos)
     ctrl = jnp.zeros((steps, model.nu), model.dtype)
 
@@ -178,7 +183,7 @@ def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
     e0 = energy(model, data.replace(qvel=qvel))
     energies = jnp.concatenate([e0[None], jax.vmap(lambda q, v: energy(model, data.replace(qpos=q, qvel=v)))(traj.qpos, traj.qvel)])
     gnorm = jnp.sqrt(jnp.sum(grads[0] ** 2) + jnp.sum(grads[1] ** 2))
-    return states_finite, grad_finite, energies, final.diverged, gnorm
+    return states_finite, grad_finite, energies, final.diverged, gnorm, jnp.sum(~traj.solver_converged)
 
 
 _batched_check = jax.jit(jax.vmap(rollout_check, in_axes=(0, 0, 0, None)), static_argnums=3)
@@ -201,8 +206,17 @@ def energy_gain(group: Group, energies: np.ndarray) -> tuple[np.ndarray, np.ndar
     return rise, group.apart & (rise > 0.02 * scale + 1e-3 * mass)
 
 
-def random_structure(rng: np.random.Generator) -> Structure:
+def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3) -> Structure:
     n = int(rng.integers(1, 5))
+    if rng.uniform() < ncp_fraction:  # the hard-contact NCP, in the settings it supports
+        return Structure(
+            types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
+            condim=tuple(int(c) for c in rng.choice([1, 3], p=[0.2, 0.8], size=n)),
+            cone="elliptic",
+            integrator=str(rng.choice(["euler", "implicitfast"])),
+            iterations=30,
+            solver="ncp",
+        )
     return Structure(
         types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
         condim=tuple(int(c) for c in rng.choice([1, 3, 4, 6], p=[0.1, 0.6, 0.15, 0.15], size=n)),
@@ -218,6 +232,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--group", type=int, default=64, help="scenes per structure (one compile each)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ncp-fraction", type=float, default=0.3, help="share of structures using solver='ncp'")
     parser.add_argument("--x64", action="store_true", help="float64 (default float32, what users run)")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", args.x64)
@@ -226,13 +241,14 @@ def main() -> None:
     start = time.time()
     done = 0
     while done < args.scenes:
-        structure = random_structure(rng)
+        structure = random_structure(rng, args.ncp_fraction)
         n = min(args.group, args.scenes - done)
         group = make_group(structure, n, seed=int(rng.integers(2**31)))
-        states_ok, grad_ok, energies, diverged, _ = check_group(group, args.steps)
+        states_ok, grad_ok, energies, diverged, _, unconverged = check_group(group, args.steps)
         rise, energy_bad = energy_gain(group, energies)
         counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok).sum()),
-                      diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()))
+                      diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()),
+                      **{f"{structure.solver}_scenes": n, f"{structure.solver}_unconverged_steps": int(unconverged.sum())})
         for i in np.nonzero(~states_ok | ~grad_ok | energy_bad)[0]:
             print(f"  FAIL {structure} scene {i}: states {states_ok[i]} grad {grad_ok[i]} energy rise {rise[i]:.3g}", flush=True)
         done += n

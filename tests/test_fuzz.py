@@ -22,11 +22,12 @@ import fuzz  # noqa: E402
 STRUCTURES = [
     fuzz.Structure(types=("sphere", "capsule", "box"), condim=(3, 1, 3), cone="pyramidal", integrator="euler"),
     fuzz.Structure(types=("box", "sphere"), condim=(4, 3), cone="elliptic", integrator="implicitfast"),
+    fuzz.Structure(types=("cylinder", "box"), condim=(3, 1), cone="elliptic", integrator="euler", iterations=30, solver="ncp"),
 ]
 SCENES, STEPS = 8, 5
 
 
-@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: "-".join(s.types) + f"-{s.cone}-{s.grad_mode}")
+@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: "-".join(s.types) + f"-{s.cone}-{s.solver}")
 @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31 - 1))
 @example(seed=0)
@@ -37,7 +38,7 @@ def test_random_scenes_have_finite_states_and_gradients(structure, seed):
     friction = np.asarray(group.model.geom_friction).copy()
     friction[0] = 0.0
     group.model = eqx.tree_at(lambda m: m.geom_friction, group.model, jnp.asarray(friction))
-    states_ok, grads_ok, energies, diverged, _ = fuzz.check_group(group, STEPS)
+    states_ok, grads_ok, energies, diverged, _, _ = fuzz.check_group(group, STEPS)
     assert states_ok.all(), f"non-finite states in scenes {np.nonzero(~states_ok)[0]}"
     assert grads_ok.all(), f"non-finite gradients in scenes {np.nonzero(~grads_ok)[0]}"
     assert not diverged.any(), f"diverged scenes {np.nonzero(diverged)[0]}"

@@ -126,9 +126,13 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
         kkt = kkt.at[:4, :4].set(jnp.where(both, gram, jnp.eye(4, dtype=w.dtype)))
         kkt = kkt.at[:4, 4].set(sub.astype(w.dtype)).at[4, :4].set(sub.astype(w.dtype))
         rhs = jnp.zeros(5, w.dtype).at[4].set(1.0)
-        lam = linalg.solve(kkt, rhs)[:4]
+        # an affinely dependent sub-simplex has a singular KKT matrix: it is rejected below, but a
+        # solve with it would put 0/0 into the gradient even with a zero cotangent; solve with I
+        pivots = jnp.abs(jnp.diagonal(linalg.lu_factor(jax.lax.stop_gradient(kkt))[0]))
+        singular = ~(jnp.min(pivots) > 1e3 * jnp.finfo(w.dtype).eps * jnp.max(jnp.abs(kkt)))  # NaN: singular
+        lam = linalg.solve(jnp.where(singular, jnp.eye(5, dtype=w.dtype), kkt), rhs)[:4]
         lam = jnp.where(sub, lam, 0.0)
-        ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & jnp.all(jnp.isfinite(lam))
+        ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & ~singular
         # a tetrahedron with all-positive coordinates contains the origin: distance 0 exactly
         # (its round-off must not lose against a face that passes through the origin)
         dist2 = jnp.where(jnp.sum(sub) == 4, 0.0, jnp.sum((lam @ w) ** 2))
@@ -383,8 +387,9 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
             jac, r = jax.jacfwd(residual, has_aux=True)(x, g1, g2)  # one evaluation for both
             jac = jax.lax.stop_gradient(jac)
             # damped least squares: exact Newton where the solution is unique, minimal change
-            # (keeping EPA's witness) where it is not (parallel faces)
-            mu = 1e-12 * (1.0 + jnp.trace(jac.T @ jac))
+            # (keeping EPA's witness) where it is not (parallel faces). The damping must stay
+            # above round-off of jac^T jac, or a float32 solve there is singular (NaN)
+            mu = max(1e-12, 10 * float(jnp.finfo(x.dtype).eps)) * (1.0 + jnp.trace(jac.T @ jac))
             dx = linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
             return x - dx
 
