@@ -209,7 +209,9 @@ def test_block_reduction_solves_the_full_newton_system():
         r = ncp.residual(x, p, 1e-3)
         reduced = (ncp.newton_direction(factor, p, r), ncp.transposed_solve(factor, p, b))
         nt = ncp._nt(u)
-        nt_rows = ncp.unit_jacobians(u, p)[0].at[:, 5:8].set(jnp.where((p.friction * p.active)[:, None, None] > 0, nt.rows, 0.0))
+        lam_rows = jax.vmap(ncp._arrow)(nt.lam)
+        rows = jnp.concatenate([lam_rows @ nt.W_inv, lam_rows @ nt.W], axis=2)  # Arw(lam) [W^-1 | W] on (xi, eta)
+        nt_rows = ncp.unit_jacobians(u, p)[0].at[:, 5:8, 2:].set(jnp.where((p.friction * p.active)[:, None, None] > 0, rows, 0.0))
         nt_inverse = (ncp.factorize(x, p, nt).unit_inv, nt_rows)
         return ncp.unit_jacobians(u, p), by_ad, reduced, jax.jacfwd(ncp.residual)(x, p, 1e-3), r, nt_inverse
 

@@ -29,7 +29,8 @@ about 1e-8 L and creeps at most 1e-8 L per step.
 Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the Newton
 system of the residual is reduced per unit (each 8x8 block inverted in closed form) to
 one (nv + ne) system, LU-factored once and applied to three right-hand sides: an
-affine step aiming at zero complementarity, the cone line search (eqs. 41-46), centering sigma = (mu_aff / mu)^3 (eq. 54); then Mehrotra's corrector (the
+affine step aiming at zero complementarity, the cone line search (eqs. 41-46),
+centering sigma = (mu_aff / mu)^3 (eq. 54); then Mehrotra's corrector (the
 second-order term) and the plain direction, both aiming at max(sigma mu, kappa), and
 the one that can step further is taken, with fraction-to-boundary 0.99. Converged
 means every row of the residual is below `tolerance` relative to its terms
@@ -304,9 +305,9 @@ def _arrow(a):
 
 
 class NT(NamedTuple):
-    """Per unit: the NT-scaled rows Arw(lam) [W^-1 | W] of xi o eta on (xi, eta), and lam, W, W^-1."""
+    """Per unit: the NT scaling of the cone pair, whose linearized rows of xi o eta are
+    Arw(lam) (W^-1 dxi + W deta)."""
 
-    rows: Array  # (nu, 3, 8)
     lam: Array  # (nu, 3)
     W: Array  # (nu, 3, 3)
     W_inv: Array  # (nu, 3, 3)
@@ -317,9 +318,7 @@ def _nt(u) -> NT:
 
     def one(u):
         W, W_inv, lam = _nt_scaling(u[2:5], u[5:8])
-        L = _arrow(lam)
-        rows = jnp.zeros((3, NU), u.dtype).at[:, 2:5].set(L @ W_inv).at[:, 5:8].set(L @ W)
-        return NT(rows, lam, W, W_inv)
+        return NT(lam, W, W_inv)
 
     return jax.vmap(one)(u)
 
