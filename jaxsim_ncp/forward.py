@@ -18,6 +18,7 @@ from .solver import ncp, newton
 from .types import Data, Model
 
 
+@linalg.full_precision
 def forward(model: Model, data: Data) -> Data:
     """Fill every derived quantity of `data` and the acceleration qacc (mj_forward)."""
     data = smooth.kinematics(model, data)
@@ -214,6 +215,7 @@ def _bad(x: jax.Array, maxval: float) -> jax.Array:
     return ~jnp.all(jnp.abs(x) <= maxval)  # NaN compares False
 
 
+@linalg.full_precision
 def step(model: Model, data: Data) -> Data:
     """Advance one timestep with the model's integrator (mj_step).
 
@@ -281,6 +283,7 @@ def step(model: Model, data: Data) -> Data:
     )
 
 
+@linalg.full_precision
 def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int = False) -> tuple[Data, Data]:
     """Apply ctrl[t] and step, for t = 0..T-1 (lax.scan). Returns (final, traj).
 

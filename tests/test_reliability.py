@@ -50,11 +50,16 @@ BOX_AND_HINGE = """
 """
 
 
-@pytest.mark.parametrize("grad_mode", ["implicit", "unroll"])
-def test_batched_step_and_gradient_use_no_lapack_kernels(grad_mode):
+def _low_precision_products(text: str) -> list[str]:
+    return sorted({line.strip()[:160] for line in text.splitlines() if "dot_general" in line and "HIGHEST" not in line})
+
+
+@pytest.mark.parametrize("grad_mode, solver", [("implicit", "newton"), ("unroll", "ncp")])
+def test_batched_step_and_gradient_use_no_lapack_kernels_and_full_precision(grad_mode, solver):
     """jaxlib's batched CPU LAPACK kernels block XLA pool threads on work scheduled to the same
-    pool and deadlock when several run at once (issue #11): no program of ours may contain them."""
-    model = jsn.load_mjcf(BOX_AND_HINGE, grad_mode=grad_mode, integrator="implicitfast")
+    pool and deadlock when several run at once (issue #11): no program of ours may contain them.
+    Every matrix product, forward and backward, asks for full precision (GPUs default to TF32)."""
+    model = jsn.load_mjcf(BOX_AND_HINGE, grad_mode=grad_mode, integrator="implicitfast", solver=solver)
     data = jsn.make_data(model)
     batch = jnp.zeros((4, model.nv))
 
@@ -65,6 +70,8 @@ def test_batched_step_and_gradient_use_no_lapack_kernels(grad_mode):
     step_text = jax.jit(jax.vmap(lambda v: jsn.step(model, data.replace(qvel=v)))).lower(batch).as_text()
     grad_text = jax.jit(jax.vmap(jax.grad(loss))).lower(batch).as_text()
     assert _custom_calls(step_text) == [] and _custom_calls(grad_text) == []
+    assert "dot_general" in grad_text
+    assert _low_precision_products(step_text) == [] and _low_precision_products(grad_text) == []
 
 
 def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():

@@ -79,6 +79,7 @@ def implicit_solver(
         x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
         return (x, info), (x_lin, theta, aux, factorize(x_lin, theta))
 
+    @linalg.full_precision  # traced by reverse mode, outside the forward's context
     def solve_bwd(saved, cotangent):
         x, theta, aux, factor = saved
         x_bar, _ = cotangent
