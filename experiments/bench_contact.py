@@ -74,6 +74,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+# every configuration runs in its own child process: on a GPU each would otherwise preallocate
+# most of the device's memory and the next one fails (cuSolver handle / CUBIN load: out of memory)
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def package_version(name: str) -> str:
+    """The installed version of a package, or "not installed" (e.g. run from a source tree)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
 import numpy as np
 
 MODELS = ("humanoid", "humanoid_it10", "pile")
@@ -453,14 +467,12 @@ def main() -> None:
         return worker_main(args)
     args.batch = sorted(set(args.batch))
 
-    import importlib.metadata
-
     import jax
     import mujoco
 
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
-    version = importlib.metadata.version
+    version = package_version
     print(f"devices: {jax.devices()} ({os.cpu_count()} CPUs)")
     print(f"jax {jax.__version__}, jaxlib {version('jaxlib')}, mujoco {mujoco.__version__}, "
           f"mujoco-mjx {version('mujoco-mjx')}, jaxsim_ncp {version('jaxsim_ncp')}, dtype={args.dtype}")

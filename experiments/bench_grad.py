@@ -98,7 +98,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_contact import Outcome, _emit, _fmt, _peak_rss_gb, describe, inputs, load_model, run_child_process  # noqa: E402
+from bench_contact import package_version, Outcome, _emit, _fmt, _peak_rss_gb, describe, inputs, load_model, run_child_process  # noqa: E402
 
 MODELS = ("humanoid", "pile")
 # key: (label, simulator, gradient?, grad_mode, full convergence?)
@@ -428,12 +428,10 @@ def main() -> None:
     if args._worker:
         return worker_main(args)
 
-    import importlib.metadata
-
     import jax
     import mujoco
 
-    version = importlib.metadata.version
+    version = package_version
     t0 = time.perf_counter()
     print(f"devices: {jax.devices()} ({os.cpu_count()} CPUs), load average {os.getloadavg()[0]:.1f} "
           "(timings are wall times on a shared machine: noisy)")

@@ -102,7 +102,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_contact import _fmt, _peak_rss_gb, humanoid_path, pile_xml  # noqa: E402
+from bench_contact import package_version, _fmt, _peak_rss_gb, humanoid_path, pile_xml  # noqa: E402
 
 MODELS = ("pile", "humanoid")
 PARTS = ("step", "grad", "table5")
@@ -535,8 +535,6 @@ def main() -> None:
     if args.table5_steps is None:
         args.table5_steps = 1000 if args.full else 100
 
-    import importlib.metadata
-
     import jax
     import mujoco
 
@@ -545,7 +543,7 @@ def main() -> None:
     dtype = "float64" if args.x64 else "float32"
     dev = jax.devices()[0]
     device = f"{dev.platform}:{getattr(dev, 'device_kind', '')}"
-    version = importlib.metadata.version
+    version = package_version
     t_start = time.perf_counter()
     print(f"devices: {jax.devices()} ({os.cpu_count()} CPUs), load average {os.getloadavg()[0]:.1f}")
     print(f"jax {jax.__version__}, jaxlib {version('jaxlib')}, mujoco {mujoco.__version__}, jaxsim_ncp {version('jaxsim_ncp')}, "

@@ -246,7 +246,12 @@ def main() -> None:
     if args.quick:
         args.batch, args.steps = [1, 64], 50
 
-    version = importlib.metadata.version
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return "not installed"
+
     print(f"devices: {jax.devices()}")
     print(f"jax {jax.__version__}, jaxlib {version('jaxlib')}, mujoco {mujoco.__version__}, "
           f"mujoco-mjx {version('mujoco-mjx')}, jaxsim_ncp {version('jaxsim_ncp')}, "
