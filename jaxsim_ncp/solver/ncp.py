@@ -32,7 +32,8 @@ one (nv + ne) system, LU-factored once and applied to three right-hand sides: an
 affine step aiming at zero complementarity, the cone line search (eqs. 41-46),
 centering sigma = (mu_aff / mu)^3 (eq. 54); then Mehrotra's corrector (the
 second-order term) and the plain direction, both aiming at max(sigma mu, kappa), and
-the one that can step further is taken, with fraction-to-boundary 0.99. Converged
+the one that can step further is taken, with fraction-to-boundary 0.99; if neither
+gets half-way, the step re-centres towards 10 mu instead. Converged
 means every row of the residual is below `tolerance` relative to its terms
 (`scaled_residual`). At most `iterations` iterations; a world that converged is frozen
 (per-world mask), so the solver vmaps; the loop stops when every world is done
