@@ -109,8 +109,8 @@ def solve_spd(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n
 # ------------------------------------------------------------------ LU (partial pivoting)
 
 
-def lu_factor(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
-    """Doolittle LU with partial pivoting: (lu, perm) with a[perm] = L U, L unit lower and U upper packed in lu."""
+def _lu_factor_loop(a):
+    """Doolittle LU with partial pivoting as a row loop."""
     a = jnp.asarray(a)
     n = a.shape[-1]
     idx = jnp.arange(n, dtype=jnp.int32)
@@ -129,13 +129,47 @@ def lu_factor(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, "
     return _rows_loop(n, eliminate, (a, idx))
 
 
-def lu_solve(factor, b: Float[Array, "n ..."], trans: bool = False) -> Float[Array, "n ..."]:
-    """a^-1 b (trans: a^-T b) from `lu_factor`'s (lu, perm) (not differentiated: use `solve`)."""
-    lu, perm = factor  # L's unit diagonal is implied: the unit-diagonal solves never read it
+def _lu_solve_loop(lu, perm, b, trans: bool):
+    # L's unit diagonal is implied: the unit-diagonal solves never read it
     if not trans:
         return _triangular_solve(lu, _triangular_solve(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
     y = _triangular_solve(lu.T, _triangular_solve(lu.T, b, lower=True), lower=False, unit_diagonal=True)
     return jnp.zeros_like(y).at[perm].set(y)
+
+
+def _lu_factor_native(a):
+    lu, _, perm = jax.lax.linalg.lu(a)
+    return lu, perm.astype(jnp.int32)
+
+
+def _lu_solve_native(lu, perm, b, trans: bool):
+    column = b.ndim == 1
+    b = b[:, None] if column else b
+    solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, transpose_a=trans)
+    if not trans:
+        x = solve(lu, solve(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
+    else:
+        y = solve(lu, solve(lu, b, lower=False), lower=True, unit_diagonal=True)
+        x = jnp.zeros_like(y).at[perm].set(y)
+    return x[:, 0] if column else x
+
+
+# On the CPU the row loops (no LAPACK kernel, see above); on GPUs XLA's own LU and triangular
+# solves (cuBLAS batched getrf / trsm), where a loop of n tiny dependent steps costs n launches.
+
+
+def lu_factor(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
+    """LU with partial pivoting: (lu, perm) with a[perm] = L U, L unit lower and U upper packed in lu."""
+    return jax.lax.platform_dependent(jnp.asarray(a), cpu=_lu_factor_loop, default=_lu_factor_native)
+
+
+def lu_solve(factor, b: Float[Array, "n ..."], trans: bool = False) -> Float[Array, "n ..."]:
+    """a^-1 b (trans: a^-T b) from `lu_factor`'s (lu, perm) (not differentiated: use `solve`)."""
+    lu, perm = factor
+    return jax.lax.platform_dependent(
+        lu, perm, jnp.asarray(b),
+        cpu=functools.partial(_lu_solve_loop, trans=trans), default=functools.partial(_lu_solve_native, trans=trans),
+    )  # fmt: skip
 
 
 def solve(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n"]:
