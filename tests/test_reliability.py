@@ -86,6 +86,11 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
         np.testing.assert_allclose(solve_spd(a, r), np.linalg.solve(a, r), rtol=1e-10)
         np.testing.assert_allclose(solve(b, r), np.linalg.solve(b, r), rtol=1e-8)
         np.testing.assert_allclose(lu_solve_t(b, r), np.linalg.solve(b.T, r), rtol=1e-8)
+        # the GPU branch of the LU (XLA's own LU and triangular solves), called directly
+        factor = linalg._lu_factor_native(jnp.asarray(b))
+        for rhs, trans in ((r, False), (r, True), (np.stack([r, 2 * r], axis=1), False)):
+            ref = np.linalg.solve(b.T if trans else b, rhs)
+            np.testing.assert_allclose(linalg._lu_solve_native(*factor, jnp.asarray(rhs), trans), ref, rtol=1e-8)
         # gradients through custom_linear_solve: A_bar = -A^-T x_bar x^T, b_bar = A^-T x_bar
         for mat, fn in ((a, linalg.solve_spd), (b, linalg.solve)):
             x = np.linalg.solve(mat, r)
