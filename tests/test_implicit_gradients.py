@@ -46,6 +46,10 @@ def test_implicit_solver_differentiates_a_non_differentiable_solver():
     np.testing.assert_allclose(x**3 + a * x, c, rtol=1e-13)
     np.testing.assert_allclose(grad, [-x / (3 * x**2 + a), 1 / (3 * x**2 + a)], rtol=1e-12)
 
+    # a singular dg/dx (x^3 = c at c = 0): no implicit derivative, a zero one instead of NaN
+    cube_root = implicit_solver(lambda c, _: (jnp.zeros(1), jnp.int32(0)), lambda x, c: x**3 - c)
+    assert jax.grad(lambda c: cube_root(c, None)[0][0])(0.0) == 0.0
+
 
 _OPTION = '<option timestep="0.005" iterations="40" ls_iterations="20" tolerance="1e-13"/>'
 _NOCOLLIDE = 'contype="0" conaffinity="0"'

@@ -84,6 +84,10 @@ def implicit_solver(
         x, theta, aux, factor = saved
         x_bar, _ = cotangent
         lam = solve_transposed(factor, x_bar)
+        # singular dg/dx (a solve stopped short of a solution, a degenerate one): no finite
+        # implicit derivative exists; this solve contributes zero rather than NaN, which would
+        # poison every gradient upstream of it (the forward pass flags the solve as unconverged)
+        lam = jnp.where(jnp.all(jnp.isfinite(lam)), lam, 0.0)
         _, residual_vjp = jax.vjp(lambda th: residual(x, th), theta)
         (theta_bar,) = residual_vjp(-lam)
         return theta_bar, jax.tree.map(_zero_cotangent, aux)
