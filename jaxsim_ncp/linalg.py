@@ -48,6 +48,7 @@ def full_precision(fn):
 
     return wrapped
 
+
 def _rows_loop(n: int, body, init):
     """fori_loop(0, n, body, init). Never unrolled: unrolling 8x8 factorizations (vmapped over
     contacts) made both compile and run time worse (NCP step 38 s -> 24 s compile, Newton
