@@ -61,7 +61,7 @@ def mujoco_rollout(m, qpos0, ctrl, contact: bool):
     d = mujoco.MjData(m)
     d.qpos[:] = qpos0
     if not contact:
-        m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
+        m.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
     qs, vmax = [], 0.0
     for u in ctrl:
         d.ctrl[:] = u
@@ -69,7 +69,7 @@ def mujoco_rollout(m, qpos0, ctrl, contact: bool):
         qs.append(d.qpos.copy())
         vmax = max(vmax, float(np.max(np.abs(d.qvel))) if np.all(np.isfinite(d.qvel)) else np.inf)
     if not contact:
-        m.opt.disableflags &= ~mujoco.mjtDisableBit.mjDSBL_CONTACT
+        m.opt.disableflags &= ~int(mujoco.mjtDisableBit.mjDSBL_CONTACT)
     return np.array(qs), vmax
 
 
