@@ -442,8 +442,8 @@ def _mehrotra_step(x, p: Problem, kappa):
     # iteration can cycle (a sphere 1.75 mm deep, sliding at 2 m/s: period 4, never converging).
     # If neither gets half-way, re-centre towards 10 mu and move the cone pairs off their boundary:
     # a sliding contact near its cone boundary can turn only by ~sqrt(distance to the boundary)
-    # per step, so once mu is small a turn that is still due jams the iteration (captured
-    # humanoid steps: 36 unconverged, 14 with the re-centring, 9 with both)
+    # per step, so once mu is small a turn that is still due jams the iteration (float32 humanoid,
+    # 1000 worlds x 50 steps: 169 unconverged, 141 with the re-centring, 127 with both)
     residuals = jnp.stack(
         [_nt_residual(x, p, nt, target, du_aff), _nt_residual(x, p, nt, target), _nt_residual(x, p, nt, 10.0 * mu)]
     )
