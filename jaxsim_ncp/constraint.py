@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from . import math
+from .cfd import CFD
 from .types import Data, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
@@ -329,8 +331,23 @@ def _clamp_solimp(solimp):
     return jnp.stack([lo, hi, jnp.maximum(solimp[:, 2], 0.0), mid, jnp.maximum(solimp[:, 4], 1.0)], axis=-1)
 
 
-def make_efc(model: Model, data: Data) -> Efc:
-    """Stack all rows and compute R, D and aref (mj_makeConstraint, mj_makeImpedance, mj_referenceConstraint)."""
+def cfd_impedance(cfd: CFD, solimp: Float[Array, "n 5"], r: Float[Array, " n"]) -> Float[Array, " n"]:
+    """Contacts from distance (cfd.py): MuJoCo's d(r) for r <= 0; beyond the surface MuJoCo's spline
+    again, from d(0) at r = 0 to cfd.dmin at r = cfd.width (so d and its slope are continuous at 0)."""
+    d0 = impedance(solimp, jnp.zeros_like(r))
+    full = lambda v: jnp.full_like(r, v)  # noqa: E731
+    taper = _clamp_solimp(jnp.stack([d0, full(cfd.dmin), full(cfd.width), full(cfd.midpoint), full(cfd.power)], axis=-1))
+    return jnp.where(r > 0, impedance(taper, jnp.maximum(r, 0.0)), impedance(solimp, r))
+
+
+def make_efc(model: Model, data: Data, cfd: CFD | None = None) -> Efc:
+    """Stack all rows and compute R, D and aref (mj_makeConstraint, mj_makeImpedance, mj_referenceConstraint).
+
+    With `cfd` (the gradient-only model of contacts from distance, cfd.py) contact rows
+    exist out to `cfd.width` beyond their margin (`data.contact` must come from a
+    collision with that reach), their impedance is `cfd_impedance` and the position term
+    of aref uses -s softplus(-r / s) in place of r.
+    """
     layout = model.constraints
     rows = _concat([_equality_rows(model, data), _friction_rows(model, data), _limit_rows(model, data), _contact_rows(model, data)])
     solimp = _clamp_solimp(rows.solimp)
@@ -339,6 +356,15 @@ def make_efc(model: Model, data: Data) -> Efc:
     if not model.opt.disabled("refsafe"):
         solref = solref.at[:, 0].set(jnp.where(standard, jnp.maximum(solref[:, 0], 2 * model.opt.timestep), solref[:, 0]))
     imp = impedance(solimp, rows.imp_r)
+    r_ref = rows.pos - rows.margin
+    if cfd is not None and layout.ncon:
+        first = layout.ne + layout.nf + layout.nl  # contact rows follow
+        con, c = data.contact, layout.row_contact
+        reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + cfd.width)
+        rows = rows._replace(mask=rows.mask.at[first:].set(reach))
+        imp = imp.at[first:].set(cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]))
+        s = cfd.softplus_length
+        r_ref = r_ref.at[first:].set(-s * jax.nn.softplus(-r_ref[first:] / s))
     dmax = solimp[:, 1]
     R = jnp.maximum(MINVAL, (1 - imp) * rows.diag_approx / imp)
 
@@ -353,7 +379,7 @@ def make_efc(model: Model, data: Data) -> Efc:
     k = jnp.where(rows.stiff, jnp.where(standard, k_std, k_dir), 0.0)
     b = jnp.where(dr > 0, 2.0 / jnp.maximum(MINVAL, dmax * tc), -dr / jnp.maximum(MINVAL, dmax))
     vel = rows.J @ data.qvel
-    aref = -b * vel - k * imp * (rows.pos - rows.margin) - rows.jdot_v
+    aref = -b * vel - k * imp * r_ref - rows.jdot_v
     mask = rows.mask
     return Efc(
         J=jnp.where(mask[:, None], rows.J, 0.0), pos=rows.pos, margin=rows.margin,

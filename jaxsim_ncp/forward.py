@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import actuation, constraint, linalg, math, passive, smooth
+from . import cfd as cfd_lib
 from .collision import collide
 from .integrate import fixed
 from .solver import ncp, newton
@@ -52,6 +53,8 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         data = data.replace(contact=collide(model, data))
     efc = constraint.make_efc(model, data)
     sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc, data.contact.friction)
+    if model.opt.cfd is not None and layout.ncon:
+        sol = _newton_cfd(model, data, sol)
     # MuJoCo's scaled gradient norm of the Newton cost at the solution: |M a - f - J^T force| / (meaninertia nv)
     gradient = data.qM @ sol.qacc - data.qfrc_smooth - sol.qfrc_constraint
     return data.replace(
@@ -69,6 +72,20 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         solver_residual=jax.lax.stop_gradient(
             jnp.linalg.norm(gradient) / (model.opt.meaninertia * max(1, model.nv))
         ),
+    )
+
+
+def _newton_cfd(model: Model, data: Data, sol: newton.Solution) -> newton.Solution:
+    """Contacts from distance (cfd.py): solve again with contacts out to `cfd.width`, and keep
+    `sol`'s values with that solve's derivative (straight-through, DiffMJX eq. S8)."""
+    cfd = model.opt.cfd
+    reach = jnp.full((model.ngeom,), 0.5 * cfd.width, data.qpos.dtype)  # a pair's reach adds both geoms'
+    d = data.replace(contact=collide(model, data, reach))
+    efc = constraint.make_efc(model, d, cfd)
+    soft = newton.solve(model, d.qM, d.qfrc_smooth, d.qacc_smooth, d.qacc_warmstart, efc, d.contact.friction)
+    return sol._replace(
+        qacc=cfd_lib.straight_through(sol.qacc, soft.qacc),
+        qfrc_constraint=cfd_lib.straight_through(sol.qfrc_constraint, soft.qfrc_constraint),
     )
 
 
@@ -136,7 +153,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
             rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
         return d.contact, rows
 
-    def solve(rows, skip=False):
+    def solve(rows, skip=False, kappa=kappa):
         problem = ncp.Problem(
             M=mass, momentum=momentum, h=h, J=rows.J, gap=rows.gap, mu=rows.mu, Je=rows.Je, pos_e=rows.pos_e,
             P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
@@ -173,6 +190,13 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         (best, best_depth, last), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), first)
         depth = penetration(rows_at(last[0].qvel)[1], last[0].qvel)  # judge the last pass too
         sol, contact, rows = select(depth < best_depth, last, best)
+    if opt.cfd is not None and layout.ncon:
+        # contacts from distance (cfd.py): the gradient comes from one more solve in which every
+        # unit within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =
+        # kappa_grad: a push that decays with the gap), differentiated exactly (straight-through)
+        reach = geom_reach + 0.5 * opt.cfd.width
+        soft = solve(constraint.unit_rows(model, data.replace(contact=collide(model, data, reach)), limit_reach), kappa=kappa_grad)
+        sol = sol._replace(**{k: cfd_lib.straight_through(getattr(sol, k), getattr(soft, k)) for k in ("qvel", "impulse", "impulse_e")})
     impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from .cfd import CFD
 from .collision import FUNCTIONS
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
 from .types import (
@@ -44,7 +45,7 @@ _DISABLE_NAMES = {
     if name.startswith("mjDSBL_") and name != "mjNDISABLE"
 }
 # overrides accepted by load_mjcf / from_mujoco that later issues implement
-_NOT_YET = ("cfd", "rtol", "atol")
+_NOT_YET = ("rtol", "atol")
 _NCP_ITERATIONS = 30  # the interior-point solver's default iteration budget (MuJoCo's 100 is for Newton)
 
 
@@ -81,6 +82,7 @@ def from_mujoco(
     kappa_grad: float = 1e-4,
     ncp_passes: int = 2,
     ncp_early_exit: bool = True,
+    cfd: CFD | None = None,
     dtype=None,
     **later,
 ) -> Model:
@@ -119,6 +121,8 @@ def from_mujoco(
     for name, value in (("kappa", kappa), ("kappa_grad", kappa_grad)):
         if not (np.isfinite(value) and 0 < value < 1):
             raise ValueError(f"{name} must be a central-path parameter in (0, 1) (scaled units), got {value!r}")
+    if cfd is not None and not isinstance(cfd, CFD):
+        raise TypeError(f"cfd must be a jaxsim_ncp.CFD (e.g. CFD(width=0.1)) or None, got {cfd!r}")
     if int(ncp_passes) < 1:
         raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
     if kappa_grad < kappa:
@@ -156,6 +160,7 @@ def from_mujoco(
         kappa_grad=float(kappa_grad),
         ncp_passes=int(ncp_passes),
         ncp_early_exit=bool(ncp_early_exit),
+        cfd=cfd,
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from .cfd import CFD
+
 
 class UnsupportedFeatureError(ValueError):
     """The model uses a MuJoCo feature that jaxsim_ncp does not simulate."""
@@ -322,6 +324,7 @@ class Option(eqx.Module):
     kappa_grad: float = eqx.field(static=True, default=1e-4)  # NCP: central-path point the gradient is taken at
     ncp_passes: int = eqx.field(static=True, default=2)  # NCP: solves per step (re-linearized where one penetrates)
     ncp_early_exit: bool = eqx.field(static=True, default=True)  # NCP: stop iterating once every world converged
+    cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""

@@ -1,0 +1,75 @@
+"""Contacts from distance (CFD): contact gradients before bodies touch, forward pass unchanged.
+
+DiffMJX (Paulus, Geist et al., Sec. 5, Fig. 6, Suppl. B.3): a second, *gradient-only*
+contact model reports contacts out to `width` beyond each pair's margin and lets them
+push weakly:
+
+- impedance: MuJoCo's d(r) for r <= 0; for 0 < r < width it continues from d(0) and
+  tapers to `dmin` at r = width along MuJoCo's spline (midpoint, power), so d and its
+  slope are continuous at r = 0 (`constraint.cfd_impedance`);
+- reference acceleration: the position term uses -s softplus(-r / s) instead of r
+  (s = `softness`), about r in penetration and a small push apart beyond it.
+
+Only contact rows are extended (`constraint.make_efc(..., cfd=...)`).
+
+The step then runs both models and combines them with the straight-through trick on
+the dynamics (eq. S8), `x_dot = sg(F) + (F_cfd - sg(F_cfd))` (`straight_through`): the
+forward value is F's bit for bit, the derivative is F_cfd's, taken at the unmodified
+trajectory. With the hard-contact NCP the gradient-only model relaxes the gap
+complementarity of units within `width` instead (solver/ncp.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+
+@dataclasses.dataclass(frozen=True)
+class CFD:
+    """Contacts-from-distance settings: `load_mjcf(..., cfd=CFD(width=0.1))`.
+
+    width: distance beyond the margin (metres) out to which contacts push in the
+        gradient model; the only required argument.
+    dmin: impedance reached at `width` (the paper's d_c = 0, floored by MuJoCo's
+        mjMINIMP = 1e-4 like every impedance).
+    midpoint, power: shape of the taper (MuJoCo's solimp spline; defaults as solimp's).
+    softness: length of the softplus on the reference distance; default width / 100.
+    """
+
+    width: float
+    dmin: float = 0.0
+    midpoint: float = 0.5
+    power: float = 2.0
+    softness: float | None = None
+
+    def __post_init__(self):
+        checks = (
+            ("width", self.width, lambda v: v > 0),
+            ("dmin", self.dmin, lambda v: 0 <= v < 1),
+            ("midpoint", self.midpoint, lambda v: 0 < v < 1),
+            ("power", self.power, lambda v: v >= 1),
+            ("softness", self.softplus_length, lambda v: v > 0),
+        )
+        for name, value, ok in checks:
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and ok(value)):
+                raise ValueError(f"CFD {name} is invalid: {value!r} (width > 0, 0 <= dmin < 1, 0 < midpoint < 1, power >= 1, softness > 0)")
+
+    @property
+    def softplus_length(self) -> float:
+        """The softplus length actually used."""
+        return self.width / 100 if self.softness is None else self.softness
+
+
+def straight_through(value: Array, surrogate: Array) -> Array:
+    """sg(value) + (surrogate - sg(surrogate)) (eq. S8): `value` bit for bit, `surrogate`'s derivative.
+
+    Where the surrogate is not finite it contributes neither value nor gradient.
+    """
+    ok = jnp.isfinite(surrogate)
+    safe = jnp.where(ok, surrogate, 0.0)
+    return jax.lax.stop_gradient(value) + jnp.where(ok, safe - jax.lax.stop_gradient(safe), 0.0)
