@@ -40,11 +40,19 @@ def next_activation(model: Model, act, act_dot):
     tau = _time_constant(model)[stateful]
     exact = np.asarray(topo.actuator_dyntype)[stateful] == DynType.FILTEREXACT
     step = jnp.where(exact, tau * (1.0 - jnp.exp(-h / tau)), h)
-    new = act[adr] + act_dot[adr] * step
+    return clamp_activation(model, act.at[adr].set(act[adr] + act_dot[adr] * step))
+
+
+def clamp_activation(model: Model, act):
+    """act clamped to actrange where actlimited (the last part of mj_nextActivation)."""
+    topo = model.topology
+    stateful = np.nonzero(np.asarray(topo.actuator_dyntype) != DynType.NONE)[0]
+    if len(stateful) == 0 or model.opt.disabled("actuation"):
+        return act
+    adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
     limited = np.asarray(topo.actuator_actlimited)[stateful]
     lo, hi = model.actuator_actrange[stateful, 0], model.actuator_actrange[stateful, 1]
-    new = jnp.where(limited, jnp.clip(new, lo, hi), new)
-    return act.at[adr].set(new)
+    return act.at[adr].set(jnp.where(limited, jnp.clip(act[adr], lo, hi), act[adr]))
 
 
 def clamped_ctrl(model: Model, ctrl):

@@ -14,9 +14,9 @@ import numpy as np
 from . import actuation, constraint, linalg, math, passive, smooth
 from . import cfd as cfd_lib
 from .collision import collide
-from .integrate import fixed
+from .integrate import adaptive, fixed
 from .solver import ncp, newton
-from .types import Data, Model
+from .types import Data, Model, WarningKind
 
 
 @linalg.full_precision
@@ -249,7 +249,8 @@ def step(model: Model, data: Data) -> Data:
     is non-finite or beyond `opt.maxval` (BAD_QACC, BAD_QPOS, BAD_QVEL) gets
     `diverged=True` and keeps its last good state (and time), or, with
     `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
-    stops at its iteration limit counts a SOLVER warning. Every decision is per world,
+    stops at its iteration limit counts a SOLVER warning; an adaptive integrator that hits
+    max_steps counts INTEGRATOR and diverges like a bad state. Every decision is per world,
     so one bad world in a vmapped batch never changes the others.
     """
     ctrl, qfrc_applied, xfrc_applied = data.ctrl, data.qfrc_applied, data.xfrc_applied
@@ -261,6 +262,7 @@ def step(model: Model, data: Data) -> Data:
     )
     data = forward(model, data)
     integrator = model.opt.integrator
+    substeps, completed = jnp.ones((), jnp.int32), jnp.ones((), bool)
     if model.opt.solver == "ncp":  # qacc is already the velocity-level step of the integrator's mass matrix
         new = fixed.advance(model, data, data.act_dot, data.qacc)
     elif integrator == "euler":
@@ -269,6 +271,8 @@ def step(model: Model, data: Data) -> Data:
         new = fixed.implicitfast(model, data)
     elif integrator == "rk4":
         new = fixed.rk4(model, data, forward)
+    elif integrator == "adaptive":
+        new, substeps, completed = adaptive.advance(model, data, forward)
     else:
         raise ValueError(f"unknown integrator {integrator!r}")
     maxval = model.opt.maxval
@@ -278,11 +282,12 @@ def step(model: Model, data: Data) -> Data:
         _bad(new.qvel, maxval) | _bad(new.act, maxval),
         _bad(data.qacc, maxval),
         ~data.solver_converged,
+        ~completed,
     ])  # fmt: skip
     fired = fired & ~data.diverged  # a frozen world checks nothing more
     warning = data.warning + fired.astype(jnp.int32)
     warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
-    bad = jnp.any(fired[:4])
+    bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR]
     if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
                     jnp.zeros_like(data.qacc_warmstart))  # fmt: skip
@@ -304,6 +309,7 @@ def step(model: Model, data: Data) -> Data:
         diverged=diverged,
         warning=warning,
         warning_time=warning_time,
+        substeps=substeps,
     )
 
 

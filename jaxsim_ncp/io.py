@@ -10,6 +10,7 @@ import mujoco
 import numpy as np
 
 from .cfd import CFD
+from .integrate import adaptive
 from .collision import FUNCTIONS
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
 from .types import (
@@ -37,15 +38,13 @@ _INTEGRATORS = {
     int(mujoco.mjtIntegrator.mjINT_RK4): "rk4",
     int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): "implicitfast",
 }
-_SUPPORTED_INTEGRATORS = ("euler", "implicitfast", "rk4")
+_SUPPORTED_INTEGRATORS = ("euler", "implicitfast", "rk4", "adaptive")
 _CONE = {int(mujoco.mjtCone.mjCONE_PYRAMIDAL): "pyramidal", int(mujoco.mjtCone.mjCONE_ELLIPTIC): "elliptic"}
 _DISABLE_NAMES = {
     int(getattr(mujoco.mjtDisableBit, name)): name[len("mjDSBL_") :].lower()
     for name in dir(mujoco.mjtDisableBit)
     if name.startswith("mjDSBL_") and name != "mjNDISABLE"
 }
-# overrides accepted by load_mjcf / from_mujoco that later issues implement
-_NOT_YET = ("rtol", "atol")
 _NCP_ITERATIONS = 30  # the interior-point solver's default iteration budget (MuJoCo's 100 is for Newton)
 
 
@@ -83,18 +82,22 @@ def from_mujoco(
     ncp_passes: int = 2,
     ncp_early_exit: bool = True,
     cfd: CFD | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    max_steps: int | None = None,
+    ode_solver=None,
+    stepsize_controller=None,
+    adjoint=None,
     dtype=None,
-    **later,
+    **unknown,
 ) -> Model:
     """Convert a compiled mujoco.MjModel into a jaxsim_ncp Model.
 
     Raises UnsupportedFeatureError naming the element and attribute of anything the
     model uses that jaxsim_ncp does not simulate.
     """
-    for key in later:
-        if key in _NOT_YET:
-            raise UnsupportedFeatureError(f"override {key}= is not implemented yet in this version of jaxsim_ncp")
-        raise TypeError(f"unknown override {key!r}")
+    if unknown:
+        raise TypeError(f"unknown override {next(iter(unknown))!r}")
     if solver not in ("newton", "ncp"):
         raise ValueError(f"solver must be 'newton' or 'ncp', got {solver!r}")
     if integrator is None:
@@ -105,8 +108,6 @@ def from_mujoco(
                 f"option/integrator ({name}) is not supported; use one of {_SUPPORTED_INTEGRATORS} "
                 "or pass integrator=... to load_mjcf"
             )
-    if integrator == "adaptive":
-        raise UnsupportedFeatureError("integrator='adaptive' is not implemented yet")
     if integrator not in _SUPPORTED_INTEGRATORS:
         raise ValueError(f"integrator must be one of {_SUPPORTED_INTEGRATORS}, got {integrator!r}")
     if cone is not None and cone not in ("pyramidal", "elliptic"):
@@ -127,6 +128,15 @@ def from_mujoco(
         raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
     if kappa_grad < kappa:
         raise ValueError(f"kappa_grad ({kappa_grad}) must be >= kappa ({kappa}): gradients cannot be harder than the forward pass")
+    adaptive_overrides = dict(rtol=rtol, atol=atol, max_steps=max_steps, ode_solver=ode_solver,
+                              stepsize_controller=stepsize_controller, adjoint=adjoint)  # fmt: skip
+    if integrator == "adaptive":
+        adaptive_settings = adaptive.settings(**adaptive_overrides)
+    else:
+        adaptive_settings = None
+        given = [k for k, v in adaptive_overrides.items() if v is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} only apply to integrator='adaptive' (this model integrates with {integrator!r})")
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
     _check_supported(m, disableflags)
     if solver == "ncp":
@@ -161,6 +171,7 @@ def from_mujoco(
         ncp_passes=int(ncp_passes),
         ncp_early_exit=bool(ncp_early_exit),
         cfd=cfd,
+        adaptive=adaptive_settings,
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731

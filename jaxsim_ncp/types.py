@@ -9,6 +9,7 @@ jit cache key). Field names follow MuJoCo's mjModel / mjData.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 import functools
 from enum import IntEnum
 
@@ -59,6 +60,7 @@ class WarningKind(IntEnum):
     BAD_QVEL = 2
     BAD_QACC = 3
     SOLVER = 4  # the constraint solver stopped at its iteration limit without converging
+    INTEGRATOR = 5  # the adaptive integrator hit max_steps before the end of the step (the world diverges)
 
 
 NWARNING = len(WarningKind)
@@ -325,6 +327,7 @@ class Option(eqx.Module):
     ncp_passes: int = eqx.field(static=True, default=2)  # NCP: solves per step (re-linearized where one penetrates)
     ncp_early_exit: bool = eqx.field(static=True, default=True)  # NCP: stop iterating once every world converged
     cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)
+    adaptive: Any = eqx.field(static=True, default=None)  # integrate.adaptive.Adaptive with integrator="adaptive"
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
@@ -472,6 +475,7 @@ class Data(eqx.Module):
     solver_niter: Int[Array, ""]  # iterations the constraint solver used in the last forward
     solver_converged: Bool[Array, ""]
     solver_residual: Float[Array, ""]  # the solver's scaled optimality residual at its solution
+    substeps: Int[Array, ""]  # integrator substeps the last step took (accepted ones; 1 for fixed-step integrators)
     # kinematics
     xpos: Float[Array, "nbody 3"]
     xquat: Float[Array, "nbody 4"]
@@ -536,6 +540,7 @@ def make_data(model: Model) -> Data:
         solver_niter=jnp.zeros((), jnp.int32),
         solver_converged=jnp.ones((), bool),
         solver_residual=jnp.zeros((), dt),
+        substeps=jnp.zeros((), jnp.int32),
         xpos=z(nb, 3),
         xquat=jnp.tile(jnp.array([1.0, 0, 0, 0], dt), (nb, 1)),
         xmat=eye,

@@ -1,5 +1,6 @@
 """Public API behaviour: loading errors, overrides, jit/vmap, checkpointed rollouts, per-world divergence flags."""
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -65,13 +66,17 @@ def test_overrides_and_errors():
     assert model.opt.integrator == "rk4" and float(model.opt.timestep) == pytest.approx(0.001)
     assert model.body_mass.dtype == jnp.float32
     assert jsn.step(model, jsn.make_data(model)).qpos.dtype == jnp.float32
-    with pytest.raises(jsn.UnsupportedFeatureError, match="adaptive"):
-        jsn.load_mjcf(ARM, integrator="adaptive")
+    assert jsn.load_mjcf(ARM, integrator="adaptive", rtol=1e-6).opt.adaptive.max_steps == 256
+    with pytest.raises(ValueError, match="only apply to integrator='adaptive'"):
+        jsn.load_mjcf(ARM, rtol=1e-6)
+    with pytest.raises(ValueError, match="not both"):
+        jsn.load_mjcf(ARM, integrator="adaptive", atol=1e-6, stepsize_controller=diffrax.ConstantStepSize())
+    with pytest.raises(jsn.UnsupportedFeatureError, match="velocity-level"):
+        jsn.load_mjcf(ARM, integrator="adaptive", solver="ncp")
     assert jsn.load_mjcf(ARM, solver="ncp").opt.solver == "ncp"
     with pytest.raises(ValueError, match="solver"):
         jsn.load_mjcf(ARM, solver="pgs")
-    with pytest.raises(jsn.UnsupportedFeatureError, match="cfd"):
-        jsn.load_mjcf(ARM, cfd=0.1)
+    assert jsn.load_mjcf(ARM, cfd=jsn.CFD(width=0.1)).opt.cfd.width == 0.1
     with pytest.raises(TypeError, match="unknown override"):
         jsn.load_mjcf(ARM, timestpe=0.1)
     with pytest.raises(ValueError, match="integrator"):
