@@ -17,4 +17,4 @@ demo: $(STAMP)
 	$(VENV)/bin/jaxsim-ncp demo
 
 test: $(STAMP)
-	$(PY) -m pytest -n 2 -q
+	$(PY) -m pytest -n 2 -q --durations=15

@@ -9,7 +9,9 @@ models are stacked and a whole group runs as one vmapped, jitted program: one co
 per structure, not per scene.
 
 Both solvers are fuzzed: 30% of the structures (``--ncp-fraction``) use the hard-contact
-NCP (``solver="ncp"``, in the settings it supports), the rest MuJoCo's soft Newton solver.
+NCP (``solver="ncp"``, in the settings it supports), the rest MuJoCo's soft Newton solver,
+10% of those with the adaptive integrator (``--adaptive-fraction``); 20% of all structures
+add contacts from distance (``--cfd-fraction``, a random width).
 
 Checked per scene: every state of the rollout and the gradient of a rollout loss with
 respect to the initial velocity and the geom frictions are finite; the solver and
@@ -53,6 +55,7 @@ class Structure:
     ls_iterations: int = 10
     grad_mode: str = "implicit"
     solver: str = "newton"  # or "ncp" (hard contact: elliptic cones, condim 1/3, euler/implicitfast, implicit gradients)
+    cfd_width: float = 0.0  # > 0: contacts from distance (gradient only) out to this width
 
 
 def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
@@ -149,6 +152,7 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
             jsn.from_mujoco(
                 mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,
                 ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, solver=structure.solver, dtype=dtype,
+                cfd=jsn.CFD(width=structure.cfd_width) if structure.cfd_width > 0 else None,
             )
         )
         qpos.append(md.qpos.copy())
@@ -206,10 +210,13 @@ def energy_gain(group: Group, energies: np.ndarray) -> tuple[np.ndarray, np.ndar
     return rise, group.apart & (rise > 0.02 * scale + 1e-3 * mass)
 
 
-def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3) -> Structure:
+def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adaptive_fraction: float = 0.1,
+                     cfd_fraction: float = 0.2) -> Structure:
     n = int(rng.integers(1, 5))
+    cfd_width = float(rng.uniform(0.01, 0.2)) if rng.uniform() < cfd_fraction else 0.0
     if rng.uniform() < ncp_fraction:  # the hard-contact NCP, in the settings it supports
         return Structure(
+            cfd_width=cfd_width,
             types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
             condim=tuple(int(c) for c in rng.choice([1, 3], p=[0.2, 0.8], size=n)),
             cone="elliptic",
@@ -217,12 +224,14 @@ def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3) -> Str
             iterations=30,
             solver="ncp",
         )
+    adaptive = rng.uniform() < adaptive_fraction
     return Structure(
         types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
         condim=tuple(int(c) for c in rng.choice([1, 3, 4, 6], p=[0.1, 0.6, 0.15, 0.15], size=n)),
         cone=str(rng.choice(["pyramidal", "elliptic"])),
-        integrator=str(rng.choice(["euler", "implicitfast", "rk4"])),
+        integrator="adaptive" if adaptive else str(rng.choice(["euler", "implicitfast", "rk4"])),
         grad_mode=str(rng.choice(["implicit", "unroll"], p=[0.8, 0.2])),
+        cfd_width=cfd_width,
     )
 
 
@@ -233,6 +242,8 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=64, help="scenes per structure (one compile each)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ncp-fraction", type=float, default=0.3, help="share of structures using solver='ncp'")
+    parser.add_argument("--adaptive-fraction", type=float, default=0.1, help="share of Newton structures using integrator='adaptive'")
+    parser.add_argument("--cfd-fraction", type=float, default=0.2, help="share of structures with contacts from distance")
     parser.add_argument("--x64", action="store_true", help="float64 (default float32, what users run)")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", args.x64)
@@ -241,7 +252,7 @@ def main() -> None:
     start = time.time()
     done = 0
     while done < args.scenes:
-        structure = random_structure(rng, args.ncp_fraction)
+        structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction)
         n = min(args.group, args.scenes - done)
         group = make_group(structure, n, seed=int(rng.integers(2**31)))
         states_ok, grad_ok, energies, diverged, _, unconverged = check_group(group, args.steps)

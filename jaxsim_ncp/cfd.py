@@ -16,7 +16,7 @@ The step then runs both models and combines them with the straight-through trick
 the dynamics (eq. S8), `x_dot = sg(F) + (F_cfd - sg(F_cfd))` (`straight_through`): the
 forward value is F's bit for bit, the derivative is F_cfd's, taken at the unmodified
 trajectory. With the hard-contact NCP the gradient-only model relaxes the gap
-complementarity of units within `width` instead (solver/ncp.py).
+complementarity of units within `width` instead (`forward._ncp_solve`).
 """
 
 from __future__ import annotations
