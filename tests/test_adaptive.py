@@ -5,6 +5,7 @@ MuJoCo C with RK4 at dt = 1e-5 is the tight fixed-step reference. Two compiled r
 tiny max_steps.
 """
 
+import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -60,16 +61,36 @@ def _run(model, qvel, ctrl):
     return jsn.rollout(model, data, jnp.tile(jnp.asarray(ctrl), (T, 1)))
 
 
-def test_free_flight_and_filter_actuator_match_mujoco_rk4():
-    model = jsn.load_mjcf(FREE, integrator="adaptive", rtol=1e-10, atol=1e-10)
+def test_free_flight_and_filter_actuator_match_mujoco_rk4_with_backsolve_gradients():
+    """Values and (BacksolveAdjoint: the adjoint ODE solved backwards) gradients vs MuJoCo's RK4."""
+    model = jsn.load_mjcf(FREE, integrator="adaptive", rtol=1e-10, atol=1e-10, adjoint=diffrax.BacksolveAdjoint())
+    weights = np.array([1.0, 0.5, -1.0, 2.0, 1.0, -1.0, 0.5, 3.0, 2.0])  # over (qpos, act)
+
+    def loss(qvel, ctrl):
+        final, traj = _run(model, qvel, ctrl)
+        return jnp.dot(weights, jnp.concatenate([final.qpos, final.act])), (final, traj)
+
     qvel, ctrl = np.array([1.0, 0, 2, 3, -2, 5, 1.5]), np.array([0.7])
-    final, traj = jax.jit(lambda q, u: _run(model, q, u))(qvel, ctrl)
+    (_, (final, traj)), (g_qvel, g_ctrl) = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(qvel, ctrl)
     qpos_ref, qvel_ref, act_ref = _mujoco_rk4(FREE, qvel, ctrl, T * 0.01)
     np.testing.assert_allclose(final.qpos, qpos_ref, atol=1e-9)
     np.testing.assert_allclose(final.qvel, qvel_ref, atol=1e-8)
     np.testing.assert_allclose(final.act, act_ref, atol=1e-9)
     np.testing.assert_allclose(np.linalg.norm(final.qpos[3:7]), 1.0, atol=1e-14)  # unit without renormalizing drift
     assert np.all(np.asarray(traj.substeps) >= 1) and not np.any(np.asarray(traj.diverged))
+
+    def loss_ref(qvel, ctrl):
+        qpos, _, act = _mujoco_rk4(FREE, qvel, ctrl, T * 0.01)
+        return weights @ np.concatenate([qpos, act])
+
+    eps = 1e-5
+    for k in range(7):
+        e = np.zeros(7)
+        e[k] = eps
+        fd = (loss_ref(qvel + e, ctrl) - loss_ref(qvel - e, ctrl)) / (2 * eps)
+        np.testing.assert_allclose(g_qvel[k], fd, rtol=1e-6, atol=1e-8)
+    fd = (loss_ref(qvel, ctrl + eps) - loss_ref(qvel, ctrl - eps)) / (2 * eps)
+    np.testing.assert_allclose(g_ctrl[0], fd, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..actuation import clamp_activation
-from ..types import Data, Model
+from ..types import Data, Model, make_data
 from .fixed import integrate_pos
 
 
@@ -113,24 +113,31 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
     """
     settings_ = model.opt.adaptive
     h = model.opt.timestep
-    start = data.replace(qacc_warmstart=data.qacc)
+    # what forward() reads besides the state; only float arrays, so that every adjoint (Backsolve's
+    # custom_vjp included) sees them as differentiable arguments
+    inputs = dict(qpos=data.qpos, time=data.time, ctrl=data.ctrl, qfrc_applied=data.qfrc_applied,
+                  xfrc_applied=data.xfrc_applied, qacc_warmstart=data.qacc)  # fmt: skip
 
-    def field(t, y, args):
-        model, start = args
+    def field(s, y, args):
+        """d/ds of the state in the step's own time s = (t - t0) / h in [0, 1] (so the timestep,
+        a model leaf, enters through args and every adjoint differentiates it)."""
+        model, inputs = args
+        h = model.opt.timestep
         delta, qvel, act = y
-        d = start.replace(qpos=integrate_pos(model, start.qpos, delta, 1.0), qvel=qvel, act=act, time=t)
+        qpos = integrate_pos(model, inputs["qpos"], delta, 1.0)
+        d = make_data(model).replace(**inputs).replace(qpos=qpos, qvel=qvel, act=act, time=inputs["time"] + s * h)
         d = forward_fn(model, d)
-        return _dexp_inv(model, delta, qvel), d.qacc, d.act_dot
+        return h * _dexp_inv(model, delta, qvel), h * d.qacc, h * d.act_dot
 
     y0 = (jnp.zeros_like(data.qvel), data.qvel, data.act)
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
         settings_.solver,
-        t0=data.time,
-        t1=data.time + h,
-        dt0=h,
+        t0=0.0,
+        t1=1.0,
+        dt0=1.0,
         y0=y0,
-        args=(model, start),
+        args=(model, inputs),
         stepsize_controller=settings_.controller,
         adjoint=settings_.adjoint,
         max_steps=settings_.max_steps,
