@@ -10,9 +10,9 @@ import mujoco
 import numpy as np
 
 from .cfd import CFD
-from .integrate import adaptive
 from .collision import FUNCTIONS
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
+from .integrate import adaptive
 from .types import (
     BiasType,
     ConstraintLayout,
