@@ -133,9 +133,9 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(field),
         settings_.solver,
-        t0=0.0,
-        t1=1.0,
-        dt0=1.0,
+        t0=jnp.zeros((), h.dtype),  # the model's precision (python floats are float64 under x64)
+        t1=jnp.ones((), h.dtype),
+        dt0=jnp.ones((), h.dtype),
         y0=y0,
         args=(model, inputs),
         stepsize_controller=settings_.controller,
