@@ -9,9 +9,9 @@ jit cache key). Field names follow MuJoCo's mjModel / mjData.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 import functools
 from enum import IntEnum
+from typing import Any
 
 import equinox as eqx
 import jax

@@ -14,7 +14,7 @@ Quaternions (free and ball joints) are integrated on the manifold in local
 coordinates: over one timestep the state is (delta, v, act) with q = q0 (+) delta, where
 (+) is `fixed.integrate_pos` (q0 * exp(delta_rot) on each quaternion, q0 + delta
 elsewhere) and q0 is the configuration at the start of the step. Its derivative is
-exact, delta_dot = dexp^-1(delta_rot) omega on rotations (`_dexp_inv`; right-trivialized,
+exact, delta_dot = dexp^-1(delta_rot) omega on rotations (`fixed.dexp_inv(exact=True)`; right-trivialized,
 omega in the body frame as MuJoCo's), v elsewhere, so the solver's order holds on
 rotations too and quaternions stay unit (no renormalization drift). |delta_rot| stays far
 below pi within a step.
@@ -40,7 +40,7 @@ import numpy as np
 
 from ..actuation import clamp_activation
 from ..types import Data, Model, make_data
-from .fixed import integrate_pos
+from .fixed import dexp_inv, integrate_pos
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,27 +85,6 @@ def settings(rtol=None, atol=None, max_steps=None, ode_solver=None, stepsize_con
     )
 
 
-def _dexp_inv(model: Model, delta, qvel):
-    """delta_dot on each quaternion block: omega + delta x omega / 2 + c(|delta|) delta x (delta x omega).
-
-    c(t) = (1 - (t/2) cot(t/2)) / t^2 (the inverse right Jacobian of SO(3)); its Taylor
-    series 1/12 + t^2/720 + t^4/30240 below t = 0.01 (smooth at 0). Other coordinates: v.
-    """
-    _, dadr = model.topology.quat_coords
-    if len(dadr) == 0:
-        return qvel
-    blocks = dadr[:, None] + np.arange(3)
-    th, w = delta[blocks], qvel[blocks]
-    t2 = jnp.sum(th * th, axis=-1)
-    small = t2 < 1e-4
-    t = jnp.sqrt(jnp.where(small, 1.0, t2))
-    half = 0.5 * t
-    c_exact = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / jnp.where(small, 1.0, t2)
-    c = jnp.where(small, 1.0 / 12.0 + t2 / 720.0 + t2 * t2 / 30240.0, c_exact)
-    first = jnp.cross(th, w)
-    return qvel.at[blocks].set(w + 0.5 * first + c[:, None] * jnp.cross(th, first))
-
-
 def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> tuple[Data, jax.Array, jax.Array]:
     """Integrate one timestep from `data` (forward() already run there).
 
@@ -127,7 +106,7 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
         qpos = integrate_pos(model, inputs["qpos"], delta, 1.0)
         d = make_data(model).replace(**inputs).replace(qpos=qpos, qvel=qvel, act=act, time=inputs["time"] + s * h)
         d = forward_fn(model, d)
-        return h * _dexp_inv(model, delta, qvel), h * d.qacc, h * d.act_dot
+        return h * dexp_inv(model, delta, qvel, exact=True), h * d.qacc, h * d.act_dot
 
     y0 = (jnp.zeros_like(data.qvel), data.qvel, data.act)
     sol = diffrax.diffeqsolve(

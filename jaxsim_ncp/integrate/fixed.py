@@ -140,13 +140,15 @@ _RK4_B = (1.0 / 6.0, 1.0 / 3.0, 1.0 / 3.0, 1.0 / 6.0)
 _RK4_C = (0.5, 0.5, 1.0)
 
 
-def _dexp_inv(model: Model, theta, qvel):
-    """Tangent-space correction of RK stage velocities on rotations (Munthe-Kaas RK).
+def dexp_inv(model: Model, theta, qvel, exact: bool = False):
+    """Tangent-space velocity on rotations: v + [theta, v] / 2 + c [theta, [theta, v]] per quaternion block.
 
-    For each quaternion block: v + [theta, v] / 2 + [theta, [theta, v]] / 12 with
-    [a, b] = a x b and theta = the stage's rotation vector from the initial pose;
-    hinge/slide/free-position coordinates commute and are left unchanged. This is
-    what mujoco>=4's RK4 does (verified to 1e-16 against mj_step).
+    [a, b] = a x b and theta the rotation vector from the initial pose; hinge/slide/free-
+    position coordinates commute and are left unchanged. c = 1/12 (exact=False) is the
+    truncated series of Munthe-Kaas RK that mujoco>=4's RK4 uses (verified to 1e-16
+    against mj_step); exact=True takes the inverse right Jacobian of SO(3),
+    c(t) = (1 - (t/2) cot(t/2)) / t^2, with its Taylor series 1/12 + t^2/720 + t^4/30240
+    below t = 0.01 (smooth at 0): the adaptive integrator's exact local coordinates.
     """
     _, dadr = model.topology.quat_coords
     if len(dadr) == 0:
@@ -154,14 +156,21 @@ def _dexp_inv(model: Model, theta, qvel):
     blocks = dadr[:, None] + np.arange(3)
     th, v = theta[blocks], qvel[blocks]
     first = jnp.cross(th, v)
-    return qvel.at[blocks].set(v + 0.5 * first + jnp.cross(th, first) / 12.0)
+    if not exact:
+        return qvel.at[blocks].set(v + 0.5 * first + jnp.cross(th, first) / 12.0)
+    t2 = jnp.sum(th * th, axis=-1)
+    small = t2 < 1e-4
+    half = 0.5 * jnp.sqrt(jnp.where(small, 1.0, t2))
+    c_exact = (1.0 - half * jnp.cos(half) / jnp.sin(half)) / jnp.where(small, 1.0, t2)
+    c = jnp.where(small, 1.0 / 12.0 + t2 / 720.0 + t2 * t2 / 30240.0, c_exact)
+    return qvel.at[blocks].set(v + 0.5 * first + c[:, None] * jnp.cross(th, first))
 
 
 def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> Data:
     """Classical 4th-order Runge-Kutta on (q, v, act) (mj_RungeKutta), Lie-group aware.
 
     Stage positions are q0 (+) h sum_j a_ij k_j, where k_j is stage j's velocity mapped
-    to the initial pose's tangent space (`_dexp_inv`); the final update is
+    to the initial pose's tangent space (`dexp_inv`); the final update is
     q0 (+) h sum_j b_j k_j, v0 + h sum_j b_j a_j. `data` must already hold forward()
     at the initial state; returned derived fields are those of the initial state.
     """
@@ -176,6 +185,6 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
             time=data.time + c * h,
         )
         stage = forward_fn(model, stage)
-        stages.append((_dexp_inv(model, h * dv, stage.qvel), stage.qacc, stage.act_dot))
+        stages.append((dexp_inv(model, h * dv, stage.qvel), stage.qacc, stage.act_dot))
     dv, da, dact = (sum(b * s[k] for b, s in zip(_RK4_B, stages)) for k in range(3))
     return advance(model, data, dact, da, qvel=dv)
