@@ -1,5 +1,12 @@
 """jaxsim_ncp: a JAX-native, batched, differentiable rigid-body simulator with MuJoCo-compatible physics."""
 
+import os as _os
+import sys as _sys
+
+# headless rendering (render.py): MuJoCo picks its OpenGL backend when it is first imported
+if "MUJOCO_GL" not in _os.environ and _sys.platform.startswith("linux") and not _os.environ.get("DISPLAY"):
+    _os.environ["MUJOCO_GL"] = "egl"
+
 from .cfd import CFD
 from .forward import forward, rollout, step
 from .io import MJCFError, check_model, from_mujoco, load_mjcf

@@ -8,6 +8,8 @@ are unchanged, only the generated code is less optimized).
 
 import os
 
+if not os.environ.get("DISPLAY"):
+    os.environ.setdefault("MUJOCO_GL", "egl")  # headless rendering (render.py), before anything imports mujoco
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
 import jax  # noqa: E402
