@@ -1,9 +1,10 @@
-"""`jaxsim-ncp` command. `jaxsim-ncp demo` is the main job run by `make demo`."""
+"""`jaxsim-ncp` command: demo (the main job of `make demo`), simulate, sysid, mpc, bench.
+
+Each run writes its CSVs, plots and GIFs into a fresh run folder whose path it prints."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.resources
 import pathlib
 import time
 
@@ -13,7 +14,9 @@ import numpy as np
 
 
 def bundled_model_path(name: str = "arm") -> str:
-    return str(importlib.resources.files("jaxsim_ncp") / "models" / f"{name}.xml")
+    from .control.tasks import model_path
+
+    return model_path(name)
 
 
 def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
@@ -91,17 +94,72 @@ def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
     print(f"wrote {path}")
 
 
+def _run_folder(args, kind: str) -> pathlib.Path:
+    from .workflows import run_folder
+
+    out = run_folder(args.out, kind)
+    print(f"run folder: {out}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="jaxsim-ncp", description=__doc__)
+    """Parse and run a subcommand; a bad config, model file or value exits with one line
+    naming the problem (status 2)."""
+    from . import workflows
+    from .io import MJCFError
+    from .types import UnsupportedFeatureError
+
+    parser = argparse.ArgumentParser(prog="jaxsim-ncp", description="jaxsim_ncp: simulate, identify, control.")
     sub = parser.add_subparsers(dest="command", required=True)
     demo_parser = sub.add_parser("demo", help="batched rollouts, a rollout gradient and a plot")
     demo_parser.add_argument("--batch", type=int, default=256)
     demo_parser.add_argument("--steps", type=int, default=500)
     demo_parser.add_argument("--opt-iters", type=int, default=40)
     demo_parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"))
+
+    sim = sub.add_parser("simulate", help="batched rollout of an MJCF model: states.csv and rollout.gif")
+    sim.add_argument("model", help="MJCF file, or a bundled model name (arm, billiards, cube, humanoid, pusher)")
+    sim.add_argument("--batch", type=int, default=4)
+    sim.add_argument("--steps", type=int, default=200)
+    sim.add_argument("--ctrl", choices=("zero", "random"), default="random", help="controls: zero or smooth random")
+    sim.add_argument("--video-worlds", type=int, default=4, help="worlds tiled in the video")
+    sim.add_argument("--solver", choices=("newton", "ncp"), default=None)
+    sim.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
+
+    for name, text in (("sysid", "fit model parameters to recorded trajectories (configs/sysid_cube.toml)"),
+                       ("mpc", "gradient MPC vs predictive sampling on a task (configs/mpc_pusher.toml)")):  # fmt: skip
+        p = sub.add_parser(name, help=text)
+        p.add_argument("config", help="TOML config file")
+        p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
+
+    bench = sub.add_parser("bench", help="steps/s and compile time vs batch, side by side with MJX")
+    bench.add_argument("--models", nargs="+", default=["cube", "humanoid"])
+    bench.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024])
+    bench.add_argument("--steps", type=int, default=100)
+    bench.add_argument("--no-mjx", action="store_true", help="skip the MJX comparison")
+    bench.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        demo(args.batch, args.steps, args.opt_iters, args.out)
+
+    try:
+        if args.command == "demo":
+            demo(args.batch, args.steps, args.opt_iters, args.out)
+        elif args.command == "simulate":
+            overrides = {"solver": args.solver} if args.solver else {}
+            out = _run_folder(args, "simulate")
+            workflows.simulate(args.model, out, overrides, batch=args.batch, steps=args.steps, ctrl=args.ctrl,
+                               video_worlds=args.video_worlds)  # fmt: skip
+        elif args.command in ("sysid", "mpc"):
+            config = workflows.load_config(args.config)
+            out = _run_folder(args, args.command)
+            getattr(workflows, args.command)(config, out)
+        elif args.command == "bench":
+            out = _run_folder(args, "bench")
+            workflows.bench(args.models, args.batch, args.steps, out, mjx=not args.no_mjx)
+        if args.command != "demo":
+            print(f"outputs in {out}")
+    except (workflows.ConfigError, MJCFError, UnsupportedFeatureError, FileNotFoundError) as err:
+        message = " ".join(str(err).split())  # one line, even for MuJoCo's multi-line parser errors
+        parser.exit(2, f"jaxsim-ncp {args.command}: error: {message}\n")
 
 
 if __name__ == "__main__":

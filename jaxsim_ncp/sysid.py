@@ -72,7 +72,7 @@ def _broadcast_bound(bound, params: PyTree, fill: float) -> PyTree:
     """None -> fill everywhere; a scalar -> every element; else a pytree matching params."""
     if bound is None:
         return jax.tree.map(lambda p: jnp.full(jnp.shape(p), fill, jnp.result_type(p)), params)
-    if jnp.ndim(bound) == 0 and not isinstance(bound, (tuple, list, dict)):
+    if not isinstance(bound, (tuple, list, dict)) and jnp.ndim(bound) == 0:
         return jax.tree.map(lambda p: jnp.full(jnp.shape(p), bound, jnp.result_type(p)), params)
     bound = jax.tree.map(lambda b: fill if b is None else b, bound, is_leaf=lambda b: b is None)
     return jax.tree.map(lambda b, p: jnp.broadcast_to(jnp.asarray(b, jnp.result_type(p)), jnp.shape(p)), bound, params)
