@@ -315,36 +315,50 @@ GRADIENT_DEFAULTS = {"horizon": 20, "iterations": 8, "learning_rate": 0.2, "clip
 SAMPLING_DEFAULTS = {"horizon": 20, "num_samples": "equal_time", "noise_scale": 0.3, "noise": "smooth"}
 
 
-def _planners(task, grad_cfg: dict, samp_cfg: dict, probe) -> dict:
-    """Gradient MPC with and without CFD (one per cfd_width; 0 = off) and predictive sampling,
-    whose sample count matches gradient MPC's planning time when num_samples = "equal_time"."""
+def _gradient_planners(task, grad_cfg: dict) -> dict:
+    """Gradient MPC with and without CFD: one planner per cfd_width (0 = off)."""
     from .cfd import CFD
-    from .control import GradientMPC, PredictiveSampling
+    from .control import GradientMPC
 
-    planners = {}
     widths = grad_cfg["cfd_width"] if isinstance(grad_cfg["cfd_width"], list) else [grad_cfg["cfd_width"]]
-    for width in widths:
-        name = "gradient" if width == 0 else f"gradient+cfd{width:g}"
-        planners[name] = GradientMPC(task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"],
-                                     learning_rate=grad_cfg["learning_rate"], clip_norm=grad_cfg["clip_norm"] or None,
-                                     cfd=CFD(width=width) if width else None)  # fmt: skip
+    return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
+        task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], learning_rate=grad_cfg["learning_rate"],
+        clip_norm=grad_cfg["clip_norm"] or None, cfd=CFD(width=w) if w else None) for w in widths}  # fmt: skip
+
+
+def _sampling_planner(task, samp_cfg: dict, reference, states, keys):
+    """Predictive sampling; with num_samples = "equal_time" as many samples as make one of its
+    planning steps take as long as one of `reference`'s, both timed on `states` (mid-episode
+    states of the reference's own run: a planning step's cost depends on the contacts)."""
+    from .control import PredictiveSampling
+
+    def make(n):
+        return PredictiveSampling(task, horizon=samp_cfg["horizon"], num_samples=n, noise_scale=samp_cfg["noise_scale"],
+                                  noise=samp_cfg["noise"])  # fmt: skip
+
+    def seconds(planner) -> float:
+        plan = jax.jit(jax.vmap(lambda d, k: planner.plan(planner.init(k), d)))
+        jax.block_until_ready(plan(states, keys))
+        begin = time.perf_counter()
+        jax.block_until_ready(plan(states, keys))
+        return time.perf_counter() - begin
+
     samples = samp_cfg["num_samples"]
     if samples == "equal_time":
-        reference = probe(planners[next(iter(planners))])
-        trial = PredictiveSampling(task, horizon=samp_cfg["horizon"], num_samples=16)
-        per_sample = probe(trial) / 16
-        samples = max(2, int(reference / per_sample))
-        print(f"equal wall-clock: a gradient planning step takes {reference * 1e3:.1f} ms -> {samples} samples")
+        budget, trial = seconds(reference), 16
+        samples = max(2, int(trial * budget / seconds(make(trial))))
+        samples = max(2, int(samples * budget / seconds(make(samples))))  # once more at the estimate: not linear in n
+        print(f"equal wall-clock: a gradient planning step takes {budget * 1e3:.1f} ms -> {samples} samples")
     elif not isinstance(samples, int) or samples < 1:
         raise ConfigError(f"[sampling] num_samples must be a positive integer or \"equal_time\", got {samples!r}")
-    planners["sampling"] = PredictiveSampling(task, horizon=samp_cfg["horizon"], num_samples=samples,
-                                              noise_scale=samp_cfg["noise_scale"], noise=samp_cfg["noise"])  # fmt: skip
-    return planners
+    return make(samples)
 
 
 def mpc(config: dict, out: pathlib.Path) -> dict:
     """Closed-loop comparison on a task over randomized episodes (same starts for every
-    planner): success rates, cost curves (mpc.png), results.csv and a GIF per planner."""
+    planner): the gradient planners, then predictive sampling (sample count matched to the
+    first gradient planner's time); success rates, cost curves (mpc.png), results.csv and a
+    GIF per planner."""
     from . import render
     from .control import make_task, run_episode
 
@@ -359,19 +373,11 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
         raise ConfigError(f"[task]: {err}") from err
     keys = jax.random.split(jax.random.PRNGKey(ep["seed"]), ep["count"])
     starts = jax.vmap(task.sample_start)(keys)
-
-    def probe(planner) -> float:
-        """Seconds of one batched planning step (compiled, second call)."""
-        plan = jax.jit(jax.vmap(lambda d, k: planner.plan(planner.init(k), d)))
-        jax.block_until_ready(plan(starts, keys))
-        begin = time.perf_counter()
-        jax.block_until_ready(plan(starts, keys))
-        return time.perf_counter() - begin
-
-    planners = _planners(task, grad_cfg, samp_cfg, probe)
+    planners = _gradient_planners(task, grad_cfg)
     results, rows = {}, []
-    for name, planner in tqdm(planners.items(), desc="planners"):
-        episodes = jax.jit(jax.vmap(lambda d, k, p=planner: run_episode(p, task, d, ep["steps"], k, ep["replan_every"])))
+
+    def run(name, planner):
+        episodes = jax.jit(jax.vmap(lambda d, k: run_episode(planner, task, d, ep["steps"], k, ep["replan_every"])))
         jax.block_until_ready(episodes(starts, keys))  # compile
         begin = time.perf_counter()
         result = jax.block_until_ready(episodes(starts, keys))
@@ -380,12 +386,19 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
         success = np.asarray(result.success)
         print(f"{name}: {int(success.sum())}/{ep['count']} episodes reach the goal; "
               f"mean final distance {float(np.mean(result.final_distance)):.3f} m; {seconds:.1f} s")  # fmt: skip
-        rows += [[name, e, bool(success[e]), float(result.final_distance[e]), float(np.sum(result.cost[e])), seconds]
-                 for e in range(ep["count"])]  # fmt: skip
+        rows.extend([name, e, bool(success[e]), float(result.final_distance[e]), float(np.sum(result.cost[e])), seconds]
+                    for e in range(ep["count"]))  # fmt: skip
         if ep["video"]:
             qpos = np.asarray(result.qpos[: min(4, ep["count"])])
             render.write_gif(render.render_batch(task_model_path(task), np.swapaxes(qpos, 0, 1), width=240, height=180),
                              out / f"{name}.gif")  # fmt: skip
+
+    for name, planner in tqdm(planners.items(), desc="gradient planners"):
+        run(name, planner)
+    first = results[next(iter(planners))]
+    middle = ep["steps"] // 2
+    states = starts.replace(qpos=first.qpos[:, middle], qvel=first.qvel[:, middle])
+    run("sampling", _sampling_planner(task, samp_cfg, planners[next(iter(planners))], states, keys))
     _write_csv(out / "results.csv", ["planner", "episode", "success", "final_distance", "total_cost", "seconds"], rows)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
