@@ -26,6 +26,7 @@ Activations are not observed: segments start with `act = 0`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import equinox as eqx
@@ -104,6 +105,50 @@ class _Reparam(eqx.Module):
         has_lo, has_hi, lo, hi = self._parts()
         frac = jnp.clip((self.theta0 - lo) / (hi - lo), 1e-4, 1 - 1e-4)
         return jnp.where(has_lo & has_hi, jnp.log(frac) - jnp.log1p(-frac), 0.0)
+
+
+def _is_reparam(x) -> bool:
+    return isinstance(x, _Reparam)
+
+
+class _Problem(eqx.Module):
+    """Everything a fit iteration reads. Arrays (the model's parameters, the segments, the
+    bounds) are arguments of the compiled update, not constants, so fitting again from
+    another start (same model structure, `apply` and optimizer) reuses the compiled program."""
+
+    model: Model
+    segments: tuple
+    reparam: PyTree
+    mask: PyTree
+    params: PyTree
+    apply: Callable = eqx.field(static=True)
+    optimizer: optax.GradientTransformation = eqx.field(static=True)
+    qvel_weight: float = eqx.field(static=True)
+
+    def theta(self, z: PyTree) -> PyTree:
+        values = jax.tree.map(lambda r, zi: r.theta(zi), self.reparam, z, is_leaf=_is_reparam)
+        return jax.tree.map(lambda m, v, p: jnp.where(m, v, p), self.mask, values, self.params)
+
+    def loss(self, z: PyTree) -> Array:
+        fitted = self.apply(self.model, self.theta(z))
+        data0 = make_data(fitted)
+        return jnp.mean(jax.vmap(lambda *s: segment_loss(fitted, data0, *s, self.qvel_weight))(*self.segments))
+
+
+@eqx.filter_jit
+def _update(problem: _Problem, z: PyTree, opt_state):
+    """One optimizer step on the latents; non-finite gradient entries are zeroed (and reported)."""
+    value, grad = jax.value_and_grad(problem.loss)(z)
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grad)]))
+    grad = jax.tree.map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
+    updates, opt_state = problem.optimizer.update(grad, opt_state, z)
+    return optax.apply_updates(z, updates), opt_state, value, finite, problem.theta(z)
+
+
+@functools.lru_cache(maxsize=None)
+def _adam(learning_rate: float) -> optax.GradientTransformation:
+    """The default optimizer, one object per learning rate (a new one would recompile the update)."""
+    return optax.adam(learning_rate)
 
 
 def _check_bounds(names, params, lo, hi):
@@ -236,35 +281,15 @@ def fit_params(
     _check_bounds(names, params, lo, hi)
     mask = jax.tree.map(lambda p: jnp.ones(jnp.shape(p), bool), params) if mask is None else jax.tree.map(
         lambda m, p: jnp.broadcast_to(jnp.asarray(m, bool), jnp.shape(p)), mask, params)  # fmt: skip
-    reparam = jax.tree.map(_Reparam, params, lo, hi)
-    is_reparam = lambda x: isinstance(x, _Reparam)  # noqa: E731
-
-    def theta(z):
-        values = jax.tree.map(lambda r, zi: r.theta(zi), reparam, z, is_leaf=is_reparam)
-        return jax.tree.map(lambda m, v, p: jnp.where(m, v, p), mask, values, params)
-
-    data0 = make_data(model)
-
-    def loss(z):
-        fitted = apply(model, theta(z))
-        per_segment = jax.vmap(lambda *s: segment_loss(fitted, data0, *s, qvel_weight))(*seg)
-        return jnp.mean(per_segment)
-
-    opt = optimizer if optimizer is not None else optax.adam(learning_rate)
-
-    @jax.jit
-    def update(z, opt_state):
-        value, grad = jax.value_and_grad(loss)(z)
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grad)]))
-        grad = jax.tree.map(lambda g: jnp.where(jnp.isfinite(g), g, 0.0), grad)
-        updates, opt_state = opt.update(grad, opt_state, z)
-        return optax.apply_updates(z, updates), opt_state, value, finite, theta(z)
-
-    z = jax.tree.map(lambda r: r.z0(), reparam, is_leaf=is_reparam)
-    opt_state = opt.init(z)
+    problem = _Problem(
+        model=model, segments=tuple(seg), reparam=jax.tree.map(_Reparam, params, lo, hi), mask=mask, params=params,
+        apply=apply, optimizer=optimizer if optimizer is not None else _adam(learning_rate), qvel_weight=qvel_weight,
+    )  # fmt: skip
+    z = jax.tree.map(lambda r: r.z0(), problem.reparam, is_leaf=_is_reparam)
+    opt_state = problem.optimizer.init(z)
     losses, history, nonfinite = [], [], 0
     for it in range(iterations):
-        z, opt_state, value, finite, current = update(z, opt_state)
+        z, opt_state, value, finite, current = _update(problem, z, opt_state)
         losses.append(float(value))
         history.append(current)
         nonfinite += int(not bool(finite))
