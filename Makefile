@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/jaxsim-ncp demo
+	$(VENV)/bin/jaxsim-ncp mpc configs/demo_pusher.toml --out out
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 -q --durations=15
