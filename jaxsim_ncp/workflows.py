@@ -309,20 +309,31 @@ def sysid(config: dict, out: pathlib.Path) -> dict:
 
 # ------------------------------------------------------------------------------ mpc
 MPC_SECTIONS = ("task", "episodes", "gradient", "sampling")
-TASK_DEFAULTS = {"name": "pusher", "reach_weight": 0.1, "overrides": {}}
+TASK_DEFAULTS = {"name": "pusher", "reach_weight": 0.1, "ctrl_weight": 1e-3, "overrides": {}}
 EPISODE_DEFAULTS = {"count": 20, "steps": 100, "replan_every": 2, "seed": 0, "video": True}
-GRADIENT_DEFAULTS = {"horizon": 20, "iterations": 8, "learning_rate": 0.2, "clip_norm": 1.0, "cfd_width": [0.0]}
+GRADIENT_DEFAULTS = {"horizon": 20, "iterations": 8, "learning_rate": 0.2, "clip_norm": 1.0, "cfd_width": [0.0],
+                     "optimizer": "adam"}  # fmt: skip
 SAMPLING_DEFAULTS = {"horizon": 20, "num_samples": "equal_time", "noise_scale": 0.3, "noise": "smooth"}
 
 
 def _gradient_planners(task, grad_cfg: dict) -> dict:
-    """Gradient MPC with and without CFD: one planner per cfd_width (0 = off)."""
+    """Gradient MPC with and without CFD: one planner per cfd_width (0 = off). optimizer: "adam",
+    or "normalized" (steps of RMS size learning_rate along the plan gradient's direction: Adam
+    scales each control separately, so where every gradient is tiny, as CFD's are far from
+    contact, it takes full steps along directions that are only round-off)."""
+    import optax
+
     from .cfd import CFD
     from .control import GradientMPC
 
+    lr, size = grad_cfg["learning_rate"], grad_cfg["horizon"] * task.model.nu
+    optimizers = {"adam": optax.adam(lr), "normalized": optax.normalize_by_update_norm(scale_factor=-lr * size**0.5)}
+    if grad_cfg["optimizer"] not in optimizers:
+        raise ConfigError(f"[gradient] optimizer must be one of {', '.join(optimizers)}, got {grad_cfg['optimizer']!r}")
+
     widths = grad_cfg["cfd_width"] if isinstance(grad_cfg["cfd_width"], list) else [grad_cfg["cfd_width"]]
     return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
-        task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], learning_rate=grad_cfg["learning_rate"],
+        task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], optimizer=optimizers[grad_cfg["optimizer"]],
         clip_norm=grad_cfg["clip_norm"] or None, cfd=CFD(width=w) if w else None) for w in widths}  # fmt: skip
 
 
@@ -368,7 +379,8 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
     grad_cfg = _section(config, "gradient", GRADIENT_DEFAULTS)
     samp_cfg = _section(config, "sampling", SAMPLING_DEFAULTS)
     try:
-        task = make_task(task_cfg["name"], reach_weight=task_cfg["reach_weight"], **task_cfg["overrides"])
+        task = make_task(task_cfg["name"], reach_weight=task_cfg["reach_weight"], ctrl_weight=task_cfg["ctrl_weight"],
+                         **task_cfg["overrides"])  # fmt: skip
     except (TypeError, ValueError) as err:
         raise ConfigError(f"[task]: {err}") from err
     keys = jax.random.split(jax.random.PRNGKey(ep["seed"]), ep["count"])

@@ -32,7 +32,8 @@ class GradientMPC:
     """task: what to control; horizon: plan length in steps; iterations: optimizer steps per
     planning step; optimizer: any optax transformation (default `optax.adam(learning_rate)`);
     clip_norm: global-norm clipping of the plan gradient (None: off); cfd: a `jsn.CFD` used by
-    the planning model only (the forward pass, hence the executed motion, is unchanged)."""
+    the planning model only (the forward pass, hence the executed motion, is unchanged);
+    tie_rtol: an iterate whose cost is within this relative amount of the best replaces it."""
 
     task: Task
     horizon: int = 30
@@ -41,6 +42,7 @@ class GradientMPC:
     optimizer: optax.GradientTransformation | None = None
     clip_norm: float | None = 1.0
     cfd: CFD | None = None
+    tie_rtol: float = 1e-4
 
     @property
     def model(self) -> Model:
@@ -62,7 +64,7 @@ class GradientMPC:
 
     def plan(self, state: MPCState, data: Data) -> tuple[MPCState, Array]:
         """`iterations` projected optimizer steps from the warm-start plan; returns the best
-        plan seen (by its evaluated cost) and that cost."""
+        plan seen (by its evaluated cost; the latest among equals) and that cost."""
         model, opt = self.model, self._optimizer()
         cost_and_grad = jax.value_and_grad(lambda p: plan_cost(self.task, model, data, p))
 
@@ -70,7 +72,9 @@ class GradientMPC:
             plan, opt_state, best_plan, best_cost = carry
             cost, grad = cost_and_grad(plan)
             grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
-            better = cost < best_cost
+            # ties (within round-off) go to the later iterate: where the simulated cost is flat (no contact
+            # yet) the plan still moves along its (CFD) gradient instead of staying at the warm start
+            better = cost <= best_cost + self.tie_rtol * jnp.abs(best_cost)
             best_plan = jnp.where(better, plan, best_plan)
             best_cost = jnp.where(better, cost, best_cost)
             updates, opt_state = opt.update(grad, opt_state, plan)

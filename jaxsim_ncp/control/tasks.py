@@ -6,8 +6,8 @@ A task's costs read positions from `qpos` (after `step`, `qpos` is the new state
     running(d, u) = w_goal |p_obj - goal|^2 + w_reach |p_tool - p_obj|^2 + w_ctrl |u|^2
     terminal(d)   = w_terminal |p_obj - goal|^2
 
-`reach_weight=0` leaves only the object's cost: a plan that never touches the object then
-has a zero gradient unless contacts from distance (`jsn.CFD`) give it one.
+`reach_weight=0, ctrl_weight=0` leave only the object's cost: a plan that never touches the
+object then has a zero gradient unless contacts from distance (`jsn.CFD`) give it one.
 """
 
 from __future__ import annotations
@@ -96,25 +96,25 @@ class Task:
         return dataclasses.replace(self, model=model)
 
 
-def pusher(reach_weight: float = 0.1, **overrides) -> Task:
+def pusher(reach_weight: float = 0.1, ctrl_weight: float = 1e-3, **overrides) -> Task:
     """The pusher (models/pusher.xml): push the box to (0.4, 0) with the sphere finger."""
     model = load_mjcf(model_path("pusher"), **overrides)
     return Task(
         name="pusher", model=model, goal=(0.4, 0.0),
         tool_qpos=(0, 1), object_qpos=(2, 3), tool_offset=(0.0, 0.0), object_offset=(0.0, 0.0),
         start_low=(-0.25, -0.2, 0.05, -0.12), start_high=(-0.1, 0.2, 0.15, 0.12),
-        success_radius=0.05, reach_weight=reach_weight,
+        success_radius=0.05, reach_weight=reach_weight, ctrl_weight=ctrl_weight,
     )  # fmt: skip
 
 
-def billiards(reach_weight: float = 0.1, **overrides) -> Task:
+def billiards(reach_weight: float = 0.1, ctrl_weight: float = 1e-3, **overrides) -> Task:
     """Billiards (models/billiards.xml): drive the cue ball so the object ball stops in the target."""
     model = load_mjcf(model_path("billiards"), **overrides)
     return Task(
         name="billiards", model=model, goal=(0.35, 0.15),
         tool_qpos=(0, 1), object_qpos=(2, 3), tool_offset=(-0.3, 0.0), object_offset=(0.0, 0.0),
         start_low=(-0.4, -0.2, -0.1, -0.15), start_high=(-0.25, 0.2, 0.1, 0.15),
-        success_radius=0.06, reach_weight=reach_weight,
+        success_radius=0.06, reach_weight=reach_weight, ctrl_weight=ctrl_weight,
     )  # fmt: skip
 
 
@@ -123,7 +123,7 @@ TASKS: dict[str, Callable[..., Task]] = {"pusher": pusher, "billiards": billiard
 
 def make_task(name: str, **kwargs) -> Task:
     """A task by name ("pusher", "billiards"); kwargs go to its constructor (reach_weight,
-    load_mjcf overrides such as solver="ncp" or timestep)."""
+    ctrl_weight, load_mjcf overrides such as solver="ncp" or timestep)."""
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r} (have: {', '.join(TASKS)})")
     return TASKS[name](**kwargs)
