@@ -271,20 +271,27 @@ def sysid(config: dict, out: pathlib.Path) -> dict:
     truth = [float(np.asarray(getattr(model, s["field"])[(s["row"], s["component"]) if "component" in s else s["row"]]).ravel()[0])
              for s in specs]  # fmt: skip
     init = [jnp.asarray(s["init"], model.dtype) for s in specs]
-    bar = tqdm(total=fit_cfg["iterations"], desc="sysid", unit="it")
+    bars = []  # the progress bar opens at the first iteration (a bad config fails before it, in one line)
 
     def progress(it, loss):
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3g}")
+        if not bars:
+            bars.append(tqdm(total=fit_cfg["iterations"], desc="sysid", unit="it"))
+        bars[0].update(1)
+        bars[0].set_postfix(loss=f"{loss:.3g}")
 
-    result = fitting.fit_params(
-        model, init, _apply_specs(specs), qpos, qvel, ctrl,
-        lower=[s.get("lower") for s in specs], upper=[s.get("upper") for s in specs],
-        horizon=fit_cfg["horizon"], stride=fit_cfg["stride"] or None, qvel_weight=fit_cfg["qvel_weight"],
-        learning_rate=fit_cfg["learning_rate"], iterations=fit_cfg["iterations"],
-        names=[s["name"] for s in specs], progress=progress,
-    )  # fmt: skip
-    bar.close()
+    try:
+        result = fitting.fit_params(
+            model, init, _apply_specs(specs), qpos, qvel, ctrl,
+            lower=[s.get("lower") for s in specs], upper=[s.get("upper") for s in specs],
+            horizon=fit_cfg["horizon"], stride=fit_cfg["stride"] or None, qvel_weight=fit_cfg["qvel_weight"],
+            learning_rate=fit_cfg["learning_rate"], iterations=fit_cfg["iterations"],
+            names=[s["name"] for s in specs], progress=progress,
+        )  # fmt: skip
+    except ValueError as err:  # bounds, shapes, horizon: name the problem in one line
+        raise ConfigError(str(err)) from err
+    finally:
+        for bar in bars:
+            bar.close()
     history = [np.asarray(h) for h in result.param_history]
     _write_csv(out / "fit.csv", ["iteration", "loss"] + [s["name"] for s in specs],
                ([i, result.loss_history[i], *(h[i] for h in history)] for i in range(len(result.loss_history))))  # fmt: skip

@@ -105,6 +105,7 @@ def test_bench_cli_compares_with_mjx(tmp_path, capsys):
         (["sysid", "{tmp}/c.toml"], SYSID.replace("[fit]", "[fit]\nhorizn = 3"), "[fit]: unknown key(s) horizn"),
         (["sysid", "{tmp}/c.toml"], SYSID.replace('"cube"', '"nowhere.xml"', 1), "model file not found: nowhere.xml"),
         (["sysid", "{tmp}/c.toml"], SYSID.replace('element = "cube"', 'element = "ball"'), "no geom named 'ball'"),
+        (["sysid", "{tmp}/c.toml"], SYSID.replace("init = 0.04", "init = 0.2"), "must lie strictly inside its bounds"),
         (["mpc", "{tmp}/c.toml"], MPC.replace('"pusher"', '"snooker"'), "unknown task 'snooker'"),
         (["mpc", "{tmp}/c.toml"], "[task\n", "not valid TOML"),
         (["simulate", "{tmp}/bad.xml"], "<mujoco><worldbody><geom type='sphere'/></worldbody>", "bad.xml"),
