@@ -13,12 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def bundled_model_path(name: str = "arm") -> str:
-    from .control.tasks import model_path
-
-    return model_path(name)
-
-
 def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
     """Batched rollouts (throughput), a rollout gradient checked by finite differences, and a
     gradient-based trajectory optimisation of the arm's fingertip; writes a plot."""
@@ -29,8 +23,9 @@ def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
     import optax
 
     import jaxsim_ncp as jsn
+    from jaxsim_ncp.control import model_path
 
-    model = jsn.load_mjcf(bundled_model_path("arm"))
+    model = jsn.load_mjcf(model_path("arm"))
     data = jsn.make_data(model)
     print(f"model: arm (nq={model.nq}, nv={model.nv}, nu={model.nu}), integrator={model.opt.integrator}, "
           f"dt={float(model.opt.timestep):g}, dtype={model.dtype.name}, device={jax.devices()[0]}")

@@ -378,7 +378,7 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
     first gradient planner's time); success rates, cost curves (mpc.png), results.csv and a
     GIF per planner."""
     from . import render
-    from .control import make_task, run_episode
+    from .control import make_task, model_path, run_episode
 
     _check_sections(config, MPC_SECTIONS)
     task_cfg = _section(config, "task", TASK_DEFAULTS)
@@ -409,7 +409,7 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
                     for e in range(ep["count"]))  # fmt: skip
         if ep["video"]:
             qpos = np.asarray(result.qpos[: min(4, ep["count"])])
-            render.write_gif(render.render_batch(task_model_path(task), np.swapaxes(qpos, 0, 1), width=240, height=180),
+            render.write_gif(render.render_batch(model_path(task.name), np.swapaxes(qpos, 0, 1), width=240, height=180),
                              out / f"{name}.gif")  # fmt: skip
 
     for name, planner in tqdm(planners.items(), desc="gradient planners"):
@@ -436,12 +436,6 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
     fig.savefig(out / "mpc.png", dpi=100)
     plt.close(fig)
     return {name: {"success": int(np.sum(r.success)), "episodes": ep["count"]} for name, r in results.items()}
-
-
-def task_model_path(task) -> str:
-    from .control.tasks import model_path
-
-    return model_path(task.name)
 
 
 # ------------------------------------------------------------------------------ bench
