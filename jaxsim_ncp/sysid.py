@@ -151,14 +151,17 @@ def _adam(learning_rate: float) -> optax.GradientTransformation:
     return optax.adam(learning_rate)
 
 
-def _check_bounds(names, params, lo, hi):
-    for name, p, a, b in zip(names, jax.tree.leaves(params), jax.tree.leaves(lo), jax.tree.leaves(hi)):
-        p, a, b = np.asarray(p), np.asarray(a), np.asarray(b)
+def _check_bounds(names, params, lo, hi, mask):
+    """Fitted elements must start finite and strictly inside non-empty bounds; elements
+    the mask holds fixed only need to be finite (a fixed damping may sit at its bound 0)."""
+    leaves = zip(names, *(jax.tree.leaves(x) for x in (params, lo, hi, mask)))
+    for name, p, a, b, m in leaves:
+        p, a, b, m = np.asarray(p), np.asarray(a), np.asarray(b), np.asarray(m)
         if not np.all(np.isfinite(p)):
             raise ValueError(f"sysid: initial value of {name} is not finite: {p}")
-        if np.any(a >= b):
+        if np.any(m & (a >= b)):
             raise ValueError(f"sysid: bounds of {name} are empty (lower >= upper)")
-        if np.any((np.isfinite(a) & (p <= a)) | (np.isfinite(b) & (p >= b))):
+        if np.any(m & ((np.isfinite(a) & (p <= a)) | (np.isfinite(b) & (p >= b)))):
             raise ValueError(f"sysid: initial value of {name} ({p}) must lie strictly inside its bounds [{a}, {b}]")
 
 
@@ -255,7 +258,8 @@ def fit_params(
     qpos (T+1, nq), qvel (T+1, nv), ctrl (T, nu) or with a leading axis of N recordings,
     sampled at the model's timestep (ctrl may be None when nu = 0). lower/upper: bounds
     (None, a scalar for every element, or a pytree like params whose leaves may be None);
-    mask: pytree of bools like params, True where an element is fitted (default: all);
+    mask: pytree of bools like params, True where an element is fitted (default: all; a
+    fixed element keeps its value and may sit on its bound);
     horizon, stride: segment length and spacing in steps (stride defaults to horizon);
     optimizer: any optax transformation (default `optax.adam(learning_rate)`), applied to
     the latents; progress(iteration, loss) is called after each iteration. Returns the
@@ -278,9 +282,9 @@ def fit_params(
     if len(names) != len(leaves_with_path):
         raise ValueError(f"sysid: {len(names)} names for {len(leaves_with_path)} parameter leaves")
     lo, hi = _broadcast_bound(lower, params, -np.inf), _broadcast_bound(upper, params, np.inf)
-    _check_bounds(names, params, lo, hi)
     mask = jax.tree.map(lambda p: jnp.ones(jnp.shape(p), bool), params) if mask is None else jax.tree.map(
         lambda m, p: jnp.broadcast_to(jnp.asarray(m, bool), jnp.shape(p)), mask, params)  # fmt: skip
+    _check_bounds(names, params, lo, hi, mask)
     problem = _Problem(
         model=model, segments=tuple(seg), reparam=jax.tree.map(_Reparam, params, lo, hi), mask=mask, params=params,
         apply=apply, optimizer=optimizer if optimizer is not None else _adam(learning_rate), qvel_weight=qvel_weight,

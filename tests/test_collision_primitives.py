@@ -14,6 +14,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import OPTIMIZED
+
 from jaxsim_ncp.collision import FUNCTIONS, convex, multiccd
 from jaxsim_ncp.collision.base import GeomFrame
 
@@ -205,7 +207,8 @@ def value_and_grad(pair):
         terms = w[0] * col.dist + jnp.sum(w[1] * col.pos, -1) + jnp.sum(w[2] * col.frame, (-1, -2))
         return jnp.sum(jnp.where(col.valid, terms, 0.0)), col
 
-    return jax.jit(jax.vmap(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)))
+    # hundreds of poses through GJK/EPA-style loops: run-bound, so optimized code (conftest)
+    return jax.jit(jax.vmap(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)), compiler_options=OPTIMIZED)
 
 
 def evaluate(pair, g1, g2, margin):

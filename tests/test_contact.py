@@ -14,6 +14,8 @@ import mujoco
 import numpy as np
 import pytest
 
+from conftest import OPTIMIZED
+
 import jaxsim_ncp as jsn
 
 HUMANOID = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
@@ -189,7 +191,7 @@ def test_trajectory_matches_mujoco(name, cone):
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
     steps = 100
     ctrl = jnp.zeros((steps, model.nu))
-    final, traj = jax.jit(lambda dd: jsn.rollout(model, dd, ctrl))(data)
+    final, traj = jax.jit(lambda dd: jsn.rollout(model, dd, ctrl), compiler_options=OPTIMIZED)(data)  # run-bound
     qpos = []
     for _ in range(steps):
         mujoco.mj_step(m, d)
