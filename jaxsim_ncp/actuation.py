@@ -3,7 +3,8 @@
 force = gain * input + bias with gain = g0 + g1 l + g2 dl/dt (affine) or g0 (fixed),
 bias = b0 + b1 l + b2 dl/dt (affine) or 0; input is ctrl, or the activation for
 stateful actuators (integrator: act_dot = ctrl; filter: act_dot = (ctrl - act) / tau).
-Transmissions are hinge/slide joints: length l = gear * q, moment = gear.
+Transmissions (mj_transmission): a hinge/slide joint, l = gear q, moment = gear e_dof;
+or a tendon, l = gear ten_length, moment = gear ten_J. qfrc_actuator = moment^T force.
 """
 
 from __future__ import annotations
@@ -16,13 +17,25 @@ from .types import BiasType, Data, DynType, GainType, Model
 MINVAL = 1e-15  # mjMINVAL
 
 
-def _indices(model: Model):
+_TRN_TENDON = 3  # mjtTrn.mjTRN_TENDON
+
+
+def transmission(model: Model, data: Data):
+    """actuator_length (nu,) and moment (nu, nv): d length / d qpos in velocity coordinates."""
     topo = model.topology
-    jnt = np.asarray(topo.actuator_trnid, dtype=np.int64)
-    return (
-        np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt],
-        np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt],
-    )
+    gear = model.actuator_gear[:, 0]
+    obj = np.asarray(topo.actuator_trnid, dtype=np.int64)
+    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == _TRN_TENDON
+    jnt = np.where(on_tendon, 0, obj)
+    qadr = np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt]
+    dadr = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
+    length = data.qpos[qadr]
+    moment = jnp.zeros((model.nu, model.nv), model.dtype).at[np.arange(model.nu), dadr].set(1.0)
+    if on_tendon.any():
+        ten = np.where(on_tendon, obj, 0)
+        length = jnp.where(on_tendon, data.ten_length[ten], length)
+        moment = jnp.where(on_tendon[:, None], data.ten_J[ten], moment)
+    return gear * length, gear[:, None] * moment
 
 
 def _time_constant(model: Model):
@@ -86,10 +99,8 @@ def actuation(model: Model, data: Data) -> Data:
             actuator_length=zeros_u, actuator_velocity=zeros_u, actuator_force=zeros_u,
             act_dot=jnp.zeros(model.na, model.dtype), qfrc_actuator=jnp.zeros(model.nv, model.dtype),
         )
-    qadr, dadr = _indices(model)
-    gear = model.actuator_gear[:, 0]
-    length = gear * data.qpos[qadr]
-    velocity = gear * data.qvel[dadr]
+    length, moment = transmission(model, data)
+    velocity = moment @ data.qvel
     ctrl = clamped_ctrl(model, data.ctrl)
 
     act_dot, act_next = data.act_dot, None
@@ -113,7 +124,7 @@ def actuation(model: Model, data: Data) -> Data:
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
 
-    qfrc = jnp.zeros(model.nv, model.dtype).at[dadr].add(gear * force)
+    qfrc = moment.T @ force
     jnt_limited = np.asarray(topo.jnt_actfrclimited, dtype=bool)
     if jnt_limited.any():
         jnt = np.nonzero(jnt_limited)[0]
@@ -130,10 +141,8 @@ def actuator_velocity_derivative(model: Model, data: Data):
     if model.nu == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     topo = model.topology
-    _, dadr = _indices(model)
-    gear = model.actuator_gear[:, 0]
+    _, moment = transmission(model, data)
     inp = _activation_input(model, data, clamped_ctrl(model, data.ctrl))
     g2 = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE, model.actuator_gainprm[:, 2], 0.0)
     b2 = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE, model.actuator_biasprm[:, 2], 0.0)
-    moment = jnp.zeros((model.nu, model.nv), model.dtype).at[np.arange(model.nu), dadr].set(gear)
     return moment.T @ ((g2 * inp + b2)[:, None] * moment)

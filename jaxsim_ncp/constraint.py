@@ -27,7 +27,7 @@ from .types import Data, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
 _MINIMP, _MAXIMP = 0.0001, 0.9999  # mjMINIMP, mjMAXIMP
-_CONNECT, _WELD, _JOINT = 0, 1, 2  # mjtEq
+_CONNECT, _WELD, _JOINT, _TENDON = 0, 1, 2, 3  # mjtEq
 # R >= _PRECISION_FLOOR * eps * diagApprox: the stiffest row the working precision can resolve.
 # Never binds in float64 (MuJoCo's own extremes, mu = 1e-5 in a pyramid, give R ~ 1e-11 diagApprox),
 # binds in float32 where a pyramid with mu < ~0.01 asks for D ~ 1/mu^2 that H = M + J^T D J and the
@@ -126,7 +126,7 @@ def _quat_right(q):
 
 
 def _equality_rows(model: Model, data: Data) -> Rows:
-    """connect (3 rows), weld (6 rows) and joint (1 row) equalities (mj_instantiateEquality)."""
+    """connect (3 rows), weld (6 rows), joint and tendon (1 row) equalities (mj_instantiateEquality)."""
     layout = model.constraints
     if not layout.eq_ids:
         return _empty(model)
@@ -173,21 +173,26 @@ def _equality_rows(model: Model, data: Data) -> Rows:
                 diag = jnp.concatenate([diag, jnp.full((3,), iw[b1, 1] + iw[b2, 1])])
             n = pos.shape[0]
             imp_r = jnp.full((n,), math.safe_norm(pos))
-        else:  # joint coupling: q1 - q1_0 - poly(q2 - q2_0)
-            j1, j2 = b1, b2
-            d1, q1 = topo.jnt_dofadr[j1], topo.jnt_qposadr[j1]
-            J = jnp.zeros((1, model.nv), model.dtype).at[0, d1].set(1.0)
-            pos1 = data.qpos[q1] - model.qpos0[q1]
-            diag = model.dof_invweight0[d1]
-            if j2 >= 0:
-                d2, q2 = topo.jnt_dofadr[j2], topo.jnt_qposadr[j2]
-                dif = data.qpos[q2] - model.qpos0[q2]
+        else:  # joint or tendon coupling: x1 - x1_0 - poly(x2 - x2_0)
+            def scalar(obj):  # value, value at qpos0, Jacobian row, invweight0
+                if etype == _TENDON:
+                    return data.ten_length[obj], model.tendon_length0[obj], data.ten_J[obj], model.tendon_invweight0[obj]
+                d, q = topo.jnt_dofadr[obj], topo.jnt_qposadr[obj]
+                row = jnp.zeros((model.nv,), model.dtype).at[d].set(1.0)
+                return data.qpos[q], model.qpos0[q], row, model.dof_invweight0[d]
+
+            x1, ref1, J1, diag = scalar(b1)
+            J = J1[None]
+            pos1 = x1 - ref1
+            if b2 >= 0:
+                x2, ref2, J2, diag2 = scalar(b2)
+                dif = x2 - ref2
                 c = data_k[1:5]
                 poly = c[0] * dif + c[1] * dif**2 + c[2] * dif**3 + c[3] * dif**4
                 deriv = c[0] + 2 * c[1] * dif + 3 * c[2] * dif**2 + 4 * c[3] * dif**3
-                J = J.at[0, d2].add(-deriv)
+                J = J - deriv * J2[None]
                 pos1 = pos1 - poly
-                diag = diag + model.dof_invweight0[d2]
+                diag = diag + diag2
             pos = (pos1 - data_k[0])[None]
             jdot_v = jnp.zeros((1,), model.dtype)
             diag = jnp.reshape(diag, (1,))
@@ -205,22 +210,50 @@ def _equality_rows(model: Model, data: Data) -> Rows:
 
 
 def _friction_rows(model: Model, data: Data) -> Rows:
-    """Dry joint friction (friction loss): one row per dof, J = e_dof (mj_instantiateFriction)."""
+    """Dry friction (friction loss), mj_instantiateFriction: one row per dof (J = e_dof),
+    then one per tendon (J = ten_J)."""
     dofs = np.asarray(model.constraints.friction_dofs, dtype=np.int64)
-    n = len(dofs)
+    tendons = np.asarray(model.constraints.friction_tendons, dtype=np.int64)
+    n = len(dofs) + len(tendons)
     if n == 0:
         return _empty(model)
     z = jnp.zeros((n,), model.dtype)
+    cat = jnp.concatenate
     return Rows(
-        J=jnp.eye(model.nv, dtype=model.dtype)[dofs], pos=z, margin=z, diag_approx=model.dof_invweight0[dofs],
-        solref=model.dof_solref[dofs], solimp=model.dof_solimp[dofs], imp_r=z,
+        J=cat([jnp.eye(model.nv, dtype=model.dtype)[dofs], data.ten_J[tendons]]), pos=z, margin=z,
+        diag_approx=cat([model.dof_invweight0[dofs], model.tendon_invweight0[tendons]]),
+        solref=cat([model.dof_solref[dofs], model.tendon_solref_fri[tendons]]),
+        solimp=cat([model.dof_solimp[dofs], model.tendon_solimp_fri[tendons]]), imp_r=z,
         stiff=jnp.zeros((n,), bool), mask=jnp.ones((n,), bool),
-        frictionloss=model.dof_frictionloss[dofs], jdot_v=z,
+        frictionloss=cat([model.dof_frictionloss[dofs], model.tendon_frictionloss[tendons]]), jdot_v=z,
     )  # fmt: skip
 
 
 def _limit_rows(model: Model, data: Data) -> Rows:
-    """Joint limits: lower and upper rows for hinge/slide, one angle row for ball (mj_instantiateLimit)."""
+    """Limits (mj_instantiateLimit): joints, then tendons."""
+    return _concat([_joint_limit_rows(model, data), _tendon_limit_rows(model, data)])
+
+
+def _tendon_limit_rows(model: Model, data: Data) -> Rows:
+    """Tendon limits: dist = side (range[side] - ten_length), J = -side ten_J, one row per side."""
+    ten = np.asarray(model.constraints.limit_tendons, dtype=np.int64)
+    n = len(ten)
+    if n == 0:
+        return _empty(model)
+    side = np.asarray(model.constraints.limit_tendon_sides)
+    sign = jnp.asarray(side, model.dtype)
+    dist = sign * (model.tendon_range[ten, np.where(side > 0, 1, 0)] - data.ten_length[ten])
+    margin = model.tendon_margin[ten]
+    return Rows(
+        J=-sign[:, None] * data.ten_J[ten], pos=dist, margin=margin, diag_approx=model.tendon_invweight0[ten],
+        solref=model.tendon_solref_lim[ten], solimp=model.tendon_solimp_lim[ten], imp_r=dist - margin,
+        stiff=jnp.ones((n,), bool), mask=dist < margin,
+        frictionloss=jnp.zeros((n,), model.dtype), jdot_v=jnp.zeros((n,), model.dtype),
+    )  # fmt: skip
+
+
+def _joint_limit_rows(model: Model, data: Data) -> Rows:
+    """Joint limits: lower and upper rows for hinge/slide, one angle row for ball."""
     layout, topo = model.constraints, model.topology
     jnt = np.asarray(layout.limit_jnts, dtype=np.int64)
     n = len(jnt)

@@ -1,6 +1,6 @@
 """The pipeline: forward(), step(), rollout(), in MuJoCo's stage order.
 
-forward: kinematics -> com -> inertia -> velocities -> passive -> bias -> actuation
+forward: kinematics -> com -> tendons -> inertia -> velocities -> passive -> bias -> actuation
 -> smooth acceleration -> collision -> constraint rows -> Newton solve (or, with
 solver="ncp", the interior-point NCP that returns the next velocity).
 """
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import actuation, constraint, linalg, math, passive, smooth
+from . import actuation, constraint, linalg, math, passive, smooth, tendon
 from . import cfd as cfd_lib
 from .collision import collide
 from .integrate import adaptive, fixed
@@ -24,6 +24,7 @@ def forward(model: Model, data: Data) -> Data:
     """Fill every derived quantity of `data` and the acceleration qacc (mj_forward)."""
     data = smooth.kinematics(model, data)
     data = smooth.com_pos(model, data)
+    data = tendon.tendon(model, data)
     data = smooth.crb(model, data)
     data = smooth.com_vel(model, data)
     data = passive.passive(model, data)
@@ -106,7 +107,8 @@ def _lookahead(model: Model, data: Data, length: jax.Array):
     floor = h**2 * jnp.linalg.norm(model.opt.gravity) + 0.01 * length
     geom = 2.0 * h * speed + floor
     dofs = np.asarray(topo.jnt_dofadr, dtype=np.int64)[np.asarray(model.constraints.limit_jnts, dtype=np.int64)]
-    limit = 2.0 * h * jnp.abs(data.qvel[dofs]) + 0.01
+    tendons = np.asarray(model.constraints.limit_tendons, dtype=np.int64)
+    limit = 2.0 * h * jnp.abs(jnp.concatenate([data.qvel[dofs], data.ten_velocity[tendons]])) + 0.01
     return jax.lax.stop_gradient(geom), jax.lax.stop_gradient(limit)
 
 
@@ -145,7 +147,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (None: at q)."""
         d = data
         if qvel_lin is not None:
-            d = smooth.com_pos(model, smooth.kinematics(model, data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))))
+            d = data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))
+            d = tendon.tendon(model, smooth.com_pos(model, smooth.kinematics(model, d)))
         if layout.ncon:
             d = d.replace(contact=collide(model, d, geom_reach))
         rows = constraint.unit_rows(model, d, limit_reach)

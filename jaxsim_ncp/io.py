@@ -190,6 +190,7 @@ def from_mujoco(
         geom_bodyid=ints(m.geom_bodyid),
         geom_type=ints(m.geom_type),
         actuator_trnid=ints(m.actuator_trnid[:, 0]),
+        actuator_trntype=ints(m.actuator_trntype),
         actuator_dyntype=ints(m.actuator_dyntype),
         actuator_gaintype=ints(m.actuator_gaintype),
         actuator_biastype=ints(m.actuator_biastype),
@@ -203,6 +204,12 @@ def from_mujoco(
         jnt_names=names(mujoco.mjtObj.mjOBJ_JOINT, m.njnt),
         geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom),
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
+        site_bodyid=ints(m.site_bodyid),
+        tendon_adr=ints(m.tendon_adr),
+        tendon_num=ints(m.tendon_num),
+        wrap_type=ints(m.wrap_type),
+        wrap_objid=ints(m.wrap_objid),
+        tendon_names=names(mujoco.mjtObj.mjOBJ_TENDON, m.ntendon),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
     eq_ids = list(layout.eq_ids)
@@ -214,6 +221,7 @@ def from_mujoco(
         nbody=int(m.nbody),
         njnt=int(m.njnt),
         ngeom=int(m.ngeom),
+        ntendon=int(m.ntendon),
         topology=topology,
         constraints=layout,
         opt=opt,
@@ -262,6 +270,20 @@ def from_mujoco(
         eq_data=f(np.reshape(m.eq_data, (-1, mujoco.mjNEQDATA))[eq_ids]),
         eq_solref=f(np.reshape(m.eq_solref, (-1, 2))[eq_ids]),
         eq_solimp=f(np.reshape(m.eq_solimp, (-1, 5))[eq_ids]),
+        site_pos=f(np.reshape(m.site_pos, (-1, 3))),
+        wrap_prm=f(m.wrap_prm),
+        tendon_stiffness=f(m.tendon_stiffness),
+        tendon_lengthspring=f(np.reshape(m.tendon_lengthspring, (-1, 2))),
+        tendon_damping=f(m.tendon_damping),
+        tendon_frictionloss=f(m.tendon_frictionloss),
+        tendon_range=f(np.reshape(m.tendon_range, (-1, 2))),
+        tendon_margin=f(m.tendon_margin),
+        tendon_solref_lim=f(np.reshape(m.tendon_solref_lim, (-1, 2))),
+        tendon_solimp_lim=f(np.reshape(m.tendon_solimp_lim, (-1, 5))),
+        tendon_solref_fri=f(np.reshape(m.tendon_solref_fri, (-1, 2))),
+        tendon_solimp_fri=f(np.reshape(m.tendon_solimp_fri, (-1, 5))),
+        tendon_length0=f(m.tendon_length0),
+        tendon_invweight0=f(m.tendon_invweight0),
         actuator_gear=f(m.actuator_gear),
         actuator_gainprm=f(m.actuator_gainprm),
         actuator_biasprm=f(m.actuator_biasprm),
@@ -294,6 +316,9 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
         d = int(np.nonzero(m.dof_frictionloss > 0)[0][0])
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[d]))
         raise UnsupportedFeatureError(f"joint {jname!r}/frictionloss with solver='ncp' (dry joint friction is not modelled)")
+    if "frictionloss" not in disableflags and np.any(m.tendon_frictionloss > 0):
+        tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, int(np.nonzero(m.tendon_frictionloss > 0)[0][0]))
+        raise UnsupportedFeatureError(f"tendon {tname!r}/frictionloss with solver='ncp' (dry friction is not modelled)")
     if "contact" not in disableflags:
         for g1, g2, pid in _candidate_pairs(m, "filterparent" not in disableflags):
             condim = _pair_condim(m, g1, g2, pid)
@@ -311,7 +336,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
     counts = {
         "nmocap": "mocap bodies (body/mocap)",
-        "ntendon": "tendons (tendon)",
         "nflex": "flex objects (flexcomp / deformable)",
         "nplugin": "engine plugins (plugin)",
         "nplastic": "joint plasticity (joint/springyield)",
@@ -326,9 +350,10 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for i in range(m.neq):
         ename = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, i)
         etype = int(m.eq_type[i])
-        if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD), int(mujoco.mjtEq.mjEQ_JOINT)):
-            unsupported(f"equality {ename!r} of type {mujoco.mjtEq(etype).name} (connect, weld and joint are supported)")
-        if etype != int(mujoco.mjtEq.mjEQ_JOINT) and int(m.eq_objtype[i]) != int(mujoco.mjtObj.mjOBJ_BODY):
+        scalar = (int(mujoco.mjtEq.mjEQ_JOINT), int(mujoco.mjtEq.mjEQ_TENDON))
+        if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD), *scalar):
+            unsupported(f"equality {ename!r} of type {mujoco.mjtEq(etype).name} (connect, weld, joint and tendon are supported)")
+        if etype not in scalar and int(m.eq_objtype[i]) != int(mujoco.mjtObj.mjOBJ_BODY):
             unsupported(f"equality {ename!r} with site semantics (equality/site1, site2): use body1/body2")
     if int(m.opt.disableactuator) != 0:
         unsupported("disabling actuator groups (option/actuatorgroupdisable)")
@@ -351,12 +376,14 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         if np.any(m.dof_dampingpoly[d] != 0):
             unsupported(f"polynomial joint damping (joint {jname!r}/damping with polynomial terms)")
 
+    _check_tendons(m, unsupported)
     for a in range(m.nu):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
-        if int(m.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_JOINT):
-            trn = mujoco.mjtTrn(int(m.actuator_trntype[a])).name
-            unsupported(f"actuator {aname!r} transmission {trn} (only joint transmissions)")
-        jtype = int(m.jnt_type[int(m.actuator_trnid[a, 0])])
+        trntype = int(m.actuator_trntype[a])
+        if trntype not in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON)):
+            trn = mujoco.mjtTrn(trntype).name
+            unsupported(f"actuator {aname!r} transmission {trn} (only joint and tendon transmissions)")
+        jtype = int(m.jnt_type[int(m.actuator_trnid[a, 0])]) if trntype == int(mujoco.mjtTrn.mjTRN_JOINT) else JointType.HINGE
         if jtype not in (JointType.HINGE, JointType.SLIDE):
             unsupported(f"actuator {aname!r} on a {JointType(jtype).name.lower()} joint (only hinge and slide)")
         if int(m.actuator_dyntype[a]) not in set(DynType):
@@ -373,6 +400,23 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             if np.any(np.asarray(getattr(m, attr))[a] != 0):
                 unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
 
+
+def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
+    """Fixed tendons and spatial tendons through sites and pulleys are simulated; wrapping
+    around geoms and MuJoCo 4's tendon extras are refused, naming the tendon."""
+    for t in range(m.ntendon):
+        tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
+        adr, num = int(m.tendon_adr[t]), int(m.tendon_num[t])
+        wraps = {int(w) for w in m.wrap_type[adr : adr + num]}
+        geoms = wraps & {int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER)}
+        if geoms:
+            kind = mujoco.mjtWrap(min(geoms)).name[len("mjWRAP_") :].lower()
+            unsupported(f"tendon {tname!r} wrapping around a {kind} (spatial/geom)")
+        for attr, what in (("tendon_armature", "armature"), ("tendon_stiffnesspoly", "stiffness with polynomial terms"),
+                           ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield"),
+                           ("tendon_actfrclimited", "actuatorfrclimited")):  # fmt: skip
+            if np.any(np.asarray(getattr(m, attr))[t] != 0):
+                unsupported(f"tendon {tname!r}/{what}")
 
 
 def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, int, int]]:
@@ -458,7 +502,8 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
             )
     eq_ids = [] if off("equality") else [i for i in range(m.neq) if m.eq_active0[i]]
     friction_dofs = () if off("frictionloss") else tuple(int(d) for d in np.nonzero(m.dof_frictionloss > 0)[0])
-    limit_jnts, limit_sides = [], []
+    friction_tendons = () if off("frictionloss") else tuple(int(t) for t in np.nonzero(m.tendon_frictionloss > 0)[0])
+    limit_jnts, limit_sides, limit_tendons, limit_tendon_sides = [], [], [], []
     if not off("limit"):
         for j in np.nonzero(m.jnt_limited)[0]:
             if int(m.jnt_type[j]) == JointType.BALL:
@@ -467,12 +512,18 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
             elif int(m.jnt_type[j]) in (JointType.HINGE, JointType.SLIDE):
                 limit_jnts += [int(j), int(j)]
                 limit_sides += [-1, 1]
+        for t in np.nonzero(m.tendon_limited)[0]:
+            limit_tendons += [int(t), int(t)]
+            limit_tendon_sides += [-1, 1]
     return ConstraintLayout(
         groups=tuple(groups),
         eq_ids=tuple(eq_ids),
         eq_types=tuple(int(m.eq_type[i]) for i in eq_ids),
         friction_dofs=friction_dofs,
+        friction_tendons=friction_tendons,
         limit_jnts=tuple(limit_jnts),
+        limit_tendons=tuple(limit_tendons),
+        limit_tendon_sides=tuple(limit_tendon_sides),
         limit_sides=tuple(limit_sides),
         cone=cone,
     )

@@ -2,7 +2,9 @@
 
 qfrc_passive = -stiffness (q - qpos_spring) - damping qvel, with the spring of a
 ball joint (and the rotational part of a free joint) acting on the quaternion
-difference expressed as a rotation vector (mju_subQuat).
+difference expressed as a rotation vector (mju_subQuat). Tendons add
+J^T (-k x - b ten_velocity), x = how far ten_length lies outside the spring's
+deadband [lengthspring[0], lengthspring[1]] (0 inside it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,19 @@ def spring_force(model: Model, qpos):
     return -stiffness * displacement
 
 
+def tendon_force(model: Model, data: Data):
+    """Scalar spring + damper force along each tendon (mj_springdamper's tendon loop)."""
+    force = jnp.zeros(model.ntendon, model.dtype)
+    if not model.opt.disabled("spring"):
+        lower, upper = model.tendon_lengthspring[:, 0], model.tendon_lengthspring[:, 1]
+        length = data.ten_length
+        stretch = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
+        force = force - model.tendon_stiffness * stretch
+    if not model.opt.disabled("damper"):
+        force = force - model.tendon_damping * data.ten_velocity
+    return force
+
+
 def passive(model: Model, data: Data) -> Data:
     """qfrc_passive = spring + damper forces (flags "spring" and "damper" disable each)."""
     qfrc = jnp.zeros(model.nv, model.dtype)
@@ -36,4 +51,6 @@ def passive(model: Model, data: Data) -> Data:
         qfrc = qfrc + spring_force(model, data.qpos)
     if not model.opt.disabled("damper"):
         qfrc = qfrc - model.dof_damping * data.qvel
+    if model.ntendon:
+        qfrc = qfrc + data.ten_J.T @ tendon_force(model, data)
     return data.replace(qfrc_passive=qfrc)

@@ -66,6 +66,17 @@ class WarningKind(IntEnum):
 NWARNING = len(WarningKind)
 
 
+class WrapType(IntEnum):
+    """Tendon path elements (mujoco.mjtWrap, same numbers)."""
+
+    NONE = 0
+    JOINT = 1
+    PULLEY = 2
+    SITE = 3
+    SPHERE = 4
+    CYLINDER = 5
+
+
 class GainType(IntEnum):
     FIXED = 0
     AFFINE = 1
@@ -97,6 +108,7 @@ class Topology:
     geom_bodyid: tuple[int, ...]
     geom_type: tuple[int, ...]
     actuator_trnid: tuple[int, ...]
+    actuator_trntype: tuple[int, ...]  # mjtTrn: 0 joint, 3 tendon
     actuator_dyntype: tuple[int, ...]
     actuator_gaintype: tuple[int, ...]
     actuator_biastype: tuple[int, ...]
@@ -110,6 +122,12 @@ class Topology:
     jnt_names: tuple[str, ...]
     geom_names: tuple[str, ...]
     actuator_names: tuple[str, ...]
+    site_bodyid: tuple[int, ...] = ()
+    tendon_adr: tuple[int, ...] = ()  # first path element of each tendon in wrap_*
+    tendon_num: tuple[int, ...] = ()
+    wrap_type: tuple[int, ...] = ()  # WrapType of each path element
+    wrap_objid: tuple[int, ...] = ()  # joint (fixed tendon) or site id
+    tendon_names: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ derived structure
     @functools.cached_property
@@ -225,10 +243,13 @@ class ConstraintLayout:
 
     groups: tuple[PairGroup, ...] = ()
     eq_ids: tuple[int, ...] = ()  # active-at-load equality constraints
-    eq_types: tuple[int, ...] = ()  # mjtEq of each (connect 0, weld 1, joint 2)
+    eq_types: tuple[int, ...] = ()  # mjtEq of each (connect 0, weld 1, joint 2, tendon 3)
     friction_dofs: tuple[int, ...] = ()
-    limit_jnts: tuple[int, ...] = ()  # one entry per limit row
+    friction_tendons: tuple[int, ...] = ()  # friction-loss rows after the dofs'
+    limit_jnts: tuple[int, ...] = ()  # one entry per joint limit row
     limit_sides: tuple[int, ...] = ()  # -1 lower, +1 upper, 0 ball
+    limit_tendons: tuple[int, ...] = ()  # one entry per tendon limit row, after the joints'
+    limit_tendon_sides: tuple[int, ...] = ()  # -1 lower, +1 upper
     cone: str = "pyramidal"
 
     @functools.cached_property
@@ -287,15 +308,15 @@ class ConstraintLayout:
 
     @property
     def ne(self) -> int:
-        return int(sum({0: 3, 1: 6, 2: 1}[t] for t in self.eq_types))
+        return int(sum({0: 3, 1: 6, 2: 1, 3: 1}[t] for t in self.eq_types))
 
     @property
     def nf(self) -> int:
-        return len(self.friction_dofs)
+        return len(self.friction_dofs) + len(self.friction_tendons)
 
     @property
     def nl(self) -> int:
-        return len(self.limit_jnts)
+        return len(self.limit_jnts) + len(self.limit_tendons)
 
     @property
     def nefc(self) -> int:
@@ -345,6 +366,7 @@ class Model(eqx.Module):
     nbody: int = eqx.field(static=True)
     njnt: int = eqx.field(static=True)
     ngeom: int = eqx.field(static=True)
+    ntendon: int = eqx.field(static=True)
     topology: Topology = eqx.field(static=True)
     constraints: ConstraintLayout = eqx.field(static=True)
     opt: Option
@@ -398,6 +420,21 @@ class Model(eqx.Module):
     eq_data: Float[Array, "neq 12"]
     eq_solref: Float[Array, "neq 2"]
     eq_solimp: Float[Array, "neq 5"]
+    # sites and tendons (path elements: wrap_prm is a fixed tendon's joint coefficient or a pulley's divisor)
+    site_pos: Float[Array, "nsite 3"]
+    wrap_prm: Float[Array, " nwrap"]
+    tendon_stiffness: Float[Array, " ntendon"]
+    tendon_lengthspring: Float[Array, "ntendon 2"]  # spring deadband [lower, upper]
+    tendon_damping: Float[Array, " ntendon"]
+    tendon_frictionloss: Float[Array, " ntendon"]
+    tendon_range: Float[Array, "ntendon 2"]
+    tendon_margin: Float[Array, " ntendon"]
+    tendon_solref_lim: Float[Array, "ntendon 2"]
+    tendon_solimp_lim: Float[Array, "ntendon 5"]
+    tendon_solref_fri: Float[Array, "ntendon 2"]
+    tendon_solimp_fri: Float[Array, "ntendon 5"]
+    tendon_length0: Float[Array, " ntendon"]
+    tendon_invweight0: Float[Array, " ntendon"]
     # actuators
     actuator_gear: Float[Array, "nu 6"]
     actuator_gainprm: Float[Array, "nu 10"]
@@ -486,6 +523,11 @@ class Data(eqx.Module):
     xaxis: Float[Array, "njnt 3"]
     geom_xpos: Float[Array, "ngeom 3"]
     geom_xmat: Float[Array, "ngeom 3 3"]
+    site_xpos: Float[Array, "nsite 3"]
+    # tendons (tendon.py)
+    ten_length: Float[Array, " ntendon"]
+    ten_velocity: Float[Array, " ntendon"]
+    ten_J: Float[Array, "ntendon nv"]
     # com-based quantities
     subtree_com: Float[Array, "nbody 3"]
     cinert: Float[Array, "nbody 6 6"]
@@ -550,6 +592,10 @@ def make_data(model: Model) -> Data:
         xaxis=z(nj, 3),
         geom_xpos=z(ng, 3),
         geom_xmat=jnp.broadcast_to(jnp.eye(3, dtype=dt), (ng, 3, 3)),
+        site_xpos=z(len(model.topology.site_bodyid), 3),
+        ten_length=z(model.ntendon),
+        ten_velocity=z(model.ntendon),
+        ten_J=z(model.ntendon, model.nv),
         subtree_com=z(nb, 3),
         cinert=z(nb, 6, 6),
         cdof=z(model.nv, 6),

@@ -161,6 +161,67 @@ WELDED = f"""
 </mujoco>
 """
 
+TENDONS = f"""
+<mujoco model="tendons">
+  <option timestep="0.002"/>
+  {_DEFAULT}
+  <worldbody>
+    <site name="anchor" pos="0 0 1.3"/>
+    <body name="a" pos="0 0 1">
+      <joint name="j1" type="hinge" axis="0 1 0" damping="0.05"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+      <site name="a_mid" pos="0.15 0 0.03"/>
+      <site name="a_tip" pos="0.3 0 0"/>
+      <body name="b" pos="0.3 0 0">
+        <joint name="j2" type="hinge" axis="0 1 0"/>
+        <geom type="capsule" fromto="0 0 0 0.25 0 0" size="0.025"/>
+        <site name="b_tip" pos="0.25 0 0.01"/>
+        <body name="c" pos="0.25 0 0">
+          <joint name="j3" type="hinge" axis="1 0 0"/>
+          <joint name="s3" type="slide" axis="0 0 1" damping="0.5"/>
+          <geom type="box" size="0.05 0.04 0.03"/>
+          <site name="c_site" pos="0.03 0.02 0"/>
+        </body>
+      </body>
+    </body>
+    <body name="d" pos="0.5 0.3 1.1">
+      <joint name="j4" type="hinge" axis="0 0 1"/>
+      <geom type="box" size="0.1 0.02 0.02" pos="0.1 0 0"/>
+      <site name="d_site" pos="0.2 0 0"/>
+    </body>
+  </worldbody>
+  <tendon>
+    <fixed name="couple" stiffness="3" springlength="-0.2 0.1" damping="0.2" frictionloss="0.05"
+           limited="true" range="-0.8 0.6">
+      <joint joint="j1" coef="1"/>
+      <joint joint="j2" coef="-0.5"/>
+    </fixed>
+    <spatial name="cable" stiffness="20" damping="0.5" limited="true" range="0.3 0.95" springlength="0.6">
+      <site site="anchor"/>
+      <site site="a_mid"/>
+      <site site="a_tip"/>
+      <site site="b_tip"/>
+      <site site="c_site"/>
+    </spatial>
+    <spatial name="pulley" damping="0.1">
+      <site site="anchor"/>
+      <site site="d_site"/>
+      <pulley divisor="2"/>
+      <site site="d_site"/>
+      <site site="c_site"/>
+    </spatial>
+  </tendon>
+  <equality>
+    <tendon tendon1="pulley" tendon2="couple" polycoef="0.01 0.3 0.1 0 0"/>
+  </equality>
+  <actuator>
+    <motor name="pull" tendon="cable" gear="2" ctrlrange="-1 1"/>
+    <position name="hold" tendon="couple" kp="5" kv="0.5"/>
+    <motor name="turn" joint="j4"/>
+  </actuator>
+</mujoco>
+"""
+
 ALL = {
     "hinge_chain": HINGE_CHAIN,
     "ball_chain": BALL_CHAIN,

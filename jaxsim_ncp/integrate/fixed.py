@@ -130,6 +130,11 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
         qderiv = actuator_velocity_derivative(model, data)
         if not model.opt.disabled("damper"):
             qderiv = qderiv - jnp.diag(model.dof_damping)
+            if model.ntendon:  # tendon dampers: d(J^T (-b J v)) / dv (mjd_passive_vel)
+                qderiv = qderiv - data.ten_J.T @ (model.tendon_damping[:, None] * data.ten_J)
+        if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
+            anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
+            qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
         gyro = _rigid_free_tree_gyroscopic(model, data)
         return data.qM - h * (qderiv if gyro is None else qderiv + gyro)
     return data.qM

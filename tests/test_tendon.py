@@ -1,0 +1,103 @@
+"""Tendons (fixed, spatial through sites, pulleys): lengths, moment arms, passive forces,
+tendon actuators, limits, friction loss and tendon equalities against MuJoCo (float64),
+and gradients of a rollout through them against central finite differences."""
+
+import functools
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+from models import TENDONS
+from test_parity import INTEGRATORS, random_state, rel_err, to_data
+
+
+def dense_ten_J(m: mujoco.MjModel, d: mujoco.MjData) -> np.ndarray:
+    J = np.zeros((m.ntendon, m.nv))
+    for t in range(m.ntendon):
+        adr, nnz = m.ten_J_rowadr[t], m.ten_J_rownnz[t]
+        J[t, m.ten_J_colind[adr : adr + nnz]] = d.ten_J[adr : adr + nnz]
+    return J
+
+
+@functools.cache
+def compiled(integrator: str):
+    m = mujoco.MjModel.from_xml_string(TENDONS)
+    m.opt.integrator = INTEGRATORS[integrator]
+    return m, jsn.from_mujoco(m)
+
+
+def test_tendon_forward_matches_mujoco():
+    m, model = compiled("euler")
+    forward = jax.jit(jsn.forward)
+    rng = np.random.default_rng(0)
+    kinds = set()
+    for _ in range(4):
+        d = random_state(m, rng, speed=1.0)
+        d.qpos[:] = 0.6 * rng.normal(size=m.nq)
+        mujoco.mj_forward(m, d)
+        out = forward(model, to_data(model, d))
+        assert rel_err(out.site_xpos, d.site_xpos) < 1e-12
+        assert rel_err(out.ten_length, d.ten_length) < 1e-12
+        assert rel_err(out.ten_J, dense_ten_J(m, d)) < 1e-12
+        assert rel_err(out.ten_velocity, d.ten_velocity) < 1e-12
+        assert rel_err(out.qfrc_passive, d.qfrc_passive) < 1e-10
+        assert rel_err(out.actuator_length, d.actuator_length) < 1e-12
+        assert rel_err(out.actuator_velocity, d.actuator_velocity) < 1e-12
+        assert rel_err(out.qfrc_actuator, d.qfrc_actuator) < 1e-10
+        assert rel_err(out.qacc, d.qacc) < 1e-8
+        # the rows MuJoCo made (same order: equality, friction, limits) and their forces
+        mask = np.asarray(out.efc_mask)
+        assert mask.sum() == d.nefc
+        assert rel_err(np.asarray(out.efc_pos)[mask], d.efc_pos) < 1e-12
+        assert rel_err(np.asarray(out.efc_force)[mask], d.efc_force) < 1e-6
+        kinds |= {int(t) for t in d.efc_type}
+    limit = int(mujoco.mjtConstraint.mjCNSTR_LIMIT_TENDON)
+    assert {int(mujoco.mjtConstraint.mjCNSTR_EQUALITY), int(mujoco.mjtConstraint.mjCNSTR_FRICTION_TENDON), limit} <= kinds
+
+
+@pytest.mark.parametrize("integrator", ["euler", "implicitfast"])
+def test_tendon_trajectory_matches_mujoco(integrator):
+    m, model = compiled(integrator)
+    rng = np.random.default_rng(1)
+    d = random_state(m, rng, speed=1.0)
+    data = to_data(model, d)
+    ctrl = rng.normal(size=(150, m.nu))
+    ref = []
+    for u in ctrl:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        ref.append(np.concatenate([d.qpos, d.qvel]))
+    final, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
+    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - np.asarray(ref))) < 1e-6
+    assert not bool(final.diverged)
+
+
+def test_tendon_gradients_match_finite_differences():
+    """d(loss)/d(tendon stiffness, damping, pulley divisor, site position, qvel) of a 20-step rollout."""
+    _, model = compiled("euler")
+    data = jsn.make_data(model).replace(qvel=jnp.array([1.0, -0.5, 0.8, 0.1, 0.6]))
+    ctrl = jnp.tile(jnp.array([0.5, 0.2, -0.3]), (20, 1))
+    where = lambda m: (m.tendon_stiffness, m.tendon_damping, m.wrap_prm, m.site_pos)  # noqa: E731
+
+    def loss(params, qvel):
+        mdl = eqx.tree_at(where, model, params)
+        final, traj = jsn.rollout(mdl, data.replace(qvel=qvel), ctrl)
+        return jnp.sum(final.qpos**2) + jnp.sum(traj.ten_length**2) * 0.1
+
+    params = where(model)
+    value_and_grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    _, (g_params, g_qvel) = value_and_grad(params, data.qvel)
+    flat, unravel = jax.flatten_util.ravel_pytree((params, data.qvel))
+    grad = jax.flatten_util.ravel_pytree((g_params, g_qvel))[0]
+    f = jax.jit(lambda x: loss(*unravel(x)))
+    rng = np.random.default_rng(2)
+    for i in rng.choice(len(flat), size=8, replace=False):
+        e = jnp.zeros_like(flat).at[i].set(1e-6)
+        fd = (f(flat + e) - f(flat - e)) / 2e-6
+        np.testing.assert_allclose(grad[i], fd, rtol=1e-4, atol=1e-7)
+    assert np.all(np.isfinite(np.asarray(grad)))
