@@ -101,3 +101,17 @@ def test_tendon_gradients_match_finite_differences():
         fd = (f(flat + e) - f(flat - e)) / 2e-6
         np.testing.assert_allclose(grad[i], fd, rtol=1e-4, atol=1e-7)
     assert np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_ncp_holds_tendon_limits_hard():
+    """solver="ncp": a tendon limit is a unilateral unit like a joint limit. A motor pulls the
+    cable past its upper range and the coupling tendon is flung towards its limit: both stay
+    inside their ranges (to the solver's tolerance) and every step converges."""
+    m = mujoco.MjModel.from_xml_string(TENDONS.replace('frictionloss="0.05"', ""))  # no dry friction in the NCP
+    model = jsn.from_mujoco(m, solver="ncp", timestep=0.01)
+    data = jsn.make_data(model).replace(qvel=jnp.array([3.0, -2.0, 1.0, 0.5, 2.0]))
+    final, traj = jax.jit(jsn.rollout)(model, data, jnp.tile(jnp.array([1.0, 0.0, 0.5]), (100, 1)))
+    length = np.asarray(traj.ten_length)
+    assert np.all(np.asarray(traj.solver_converged)) and not bool(final.diverged)
+    assert length[:, 0].max() <= 0.6 + 1e-5 and length[:, 1].max() <= 0.95 + 1e-5
+    assert length[:, 1].max() > 0.95 - 1e-3  # the cable does reach its limit
