@@ -209,6 +209,10 @@ def from_mujoco(
         tendon_num=ints(m.tendon_num),
         wrap_type=ints(m.wrap_type),
         wrap_objid=ints(m.wrap_objid),
+        wrap_side=tuple(
+            int(round(prm)) if int(t) in (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER)) else -1
+            for t, prm in zip(m.wrap_type, m.wrap_prm)
+        ),  # side sites are inside their geom (_check_tendons)
         tendon_names=names(mujoco.mjtObj.mjOBJ_TENDON, m.ntendon),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
@@ -402,16 +406,29 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
-    """Fixed tendons and spatial tendons through sites and pulleys are simulated; wrapping
-    around geoms and MuJoCo 4's tendon extras are refused, naming the tendon."""
+    """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping) are
+    simulated; MuJoCo 4's tendon extras are refused, naming the tendon, and so is a side site
+    outside its wrapping geom: MuJoCo 4.0 wraps those differently from its documented
+    algorithm (and from MJX) in about a third of random configurations, and we reproduce the
+    documented one only where the two agree (no side site, or one inside the geom)."""
     for t in range(m.ntendon):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
         adr, num = int(m.tendon_adr[t]), int(m.tendon_num[t])
-        wraps = {int(w) for w in m.wrap_type[adr : adr + num]}
-        geoms = wraps & {int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER)}
-        if geoms:
-            kind = mujoco.mjtWrap(min(geoms)).name[len("mjWRAP_") :].lower()
-            unsupported(f"tendon {tname!r} wrapping around a {kind} (spatial/geom)")
+        for w in range(adr, adr + num):
+            side = int(round(m.wrap_prm[w]))
+            if int(m.wrap_type[w]) not in (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER)) or side < 0:
+                continue
+            g = int(m.wrap_objid[w])
+            rot = np.zeros(9)
+            mujoco.mju_quat2Mat(rot, m.geom_quat[g])
+            local = rot.reshape(3, 3).T @ (m.site_pos[side] - m.geom_pos[g])
+            if int(m.site_bodyid[side]) != int(m.geom_bodyid[g]) or np.linalg.norm(local) >= m.geom_size[g, 0]:
+                sname, gname = _name(m, mujoco.mjtObj.mjOBJ_SITE, side), _name(m, mujoco.mjtObj.mjOBJ_GEOM, g)
+                unsupported(
+                    f"tendon {tname!r}: side site {sname!r} outside its wrapping geom {gname!r} (spatial/geom/sidesite; "
+                    "MuJoCo 4's rule for outside side sites is not reproduced: omit it, or place it inside the geom "
+                    "on the geom's body)"
+                )
         for attr, what in (("tendon_armature", "armature"), ("tendon_stiffnesspoly", "stiffness with polynomial terms"),
                            ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield"),
                            ("tendon_actfrclimited", "actuatorfrclimited")):  # fmt: skip

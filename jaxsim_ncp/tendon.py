@@ -5,19 +5,26 @@ Spatial tendon: a path of sites, split into branches by pulleys (divisor D):
                 L = sum over consecutive sites (p0, p1) of |p1 - p0| / D
                 J += u^T (J_p(p1) - J_p(p0)) / D,   u = (p1 - p0) / |p1 - p0|
                 (segments whose two sites are on one body add length only, as MuJoCo).
-ten_velocity = J qvel. Wrapping around spheres and cylinders is refused at load (io.py).
+                A sphere or cylinder between two sites may wrap the segment (wrap.py;
+                a side site must lie inside the geom, which selects the inside wrap):
+                p0 -> t0, an arc of length w on the geom, t1 -> p1; the moment arms come
+                from the two straight pieces (the arc rides on the geom's body).
+ten_velocity = J qvel.
 The path structure is static (Topology.tendon_*, wrap_*); the coefficients, divisors
 and site positions are differentiable leaves.
 """
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import math
+from . import math, wrap
 from .constraint import point_jacobian
 from .types import Data, Model, WrapType
+
+_GEOM_CYLINDER = 5  # mjtGeom
 
 
 def site_positions(model: Model, data: Data):
@@ -41,21 +48,33 @@ def _fixed_terms(model: Model):
 
 
 def _site_segments(model: Model):
-    """(tendon, site0, site1, divisor wrap index or -1) of every straight spatial segment (mj_tendon's walk)."""
+    """Spatial segments in mj_tendon's walk, as rows (tendon, site0, site1, divisor wrap index
+    or -1, wrapping geom or -1, wrap index of that geom (its side site) or -1)."""
     topo = model.topology
     segments = []
     for t, (adr, num) in enumerate(zip(topo.tendon_adr, topo.tendon_num)):
         if not num or topo.wrap_type[adr] == WrapType.JOINT:
             continue
-        divisor = -1
-        for j in range(adr, adr + num - 1):
-            if topo.wrap_type[j] == WrapType.PULLEY:
-                divisor = j
-                continue
-            if topo.wrap_type[j + 1] == WrapType.PULLEY:
-                continue
-            segments.append((t, topo.wrap_objid[j], topo.wrap_objid[j + 1], divisor))
-    return np.asarray(segments, dtype=np.int64).reshape(-1, 4)
+        divisor, j = -1, adr
+        while j < adr + num - 1:
+            types = topo.wrap_type[j], topo.wrap_type[j + 1]
+            if WrapType.PULLEY in types:
+                divisor = j if types[0] == WrapType.PULLEY else divisor
+                j += 1
+            elif types[1] in (WrapType.SPHERE, WrapType.CYLINDER):
+                segments.append((t, topo.wrap_objid[j], topo.wrap_objid[j + 2], divisor, topo.wrap_objid[j + 1], j + 1))
+                j += 2
+            else:
+                segments.append((t, topo.wrap_objid[j], topo.wrap_objid[j + 1], divisor, -1, -1))
+                j += 1
+    return np.asarray(segments, dtype=np.int64).reshape(-1, 6)
+
+
+def _arms(model: Model, data: Data, bodies, points, direction_of):
+    """u^T (J_p(end) - J_p(start)) of straight pieces: bodies/points (2, n), direction_of (n, 3)."""
+    jac0, _ = point_jacobian(model, data, bodies[0], points[0])
+    jac1, _ = point_jacobian(model, data, bodies[1], points[1])
+    return jnp.einsum("si,siv->sv", math.normalize(direction_of), jac1 - jac0)
 
 
 def tendon(model: Model, data: Data) -> Data:
@@ -79,19 +98,35 @@ def tendon(model: Model, data: Data) -> Data:
 
     seg = _site_segments(model)
     if len(seg):
-        t, s0, s1, w = seg.T
-        divisor = jnp.where(jnp.asarray(w >= 0), model.wrap_prm[np.maximum(w, 0)], 1.0)
-        p0, p1 = site_xpos[s0], site_xpos[s1]
-        dif = p1 - p0
-        dist = math.safe_norm(dif, axis=-1)
-        length = length.at[t].add(dist / divisor)
-        body = np.asarray(topo.site_bodyid, dtype=np.int64)
-        moving = body[s0] != body[s1]  # static: a segment within one body has no moment arm
-        if np.any(moving):
-            t, s0, s1 = t[moving], s0[moving], s1[moving]
-            jac0, _ = point_jacobian(model, data, body[s0], p0[moving])
-            jac1, _ = point_jacobian(model, data, body[s1], p1[moving])
-            direction = math.normalize(dif[moving])
-            arm = jnp.einsum("si,siv->sv", direction, jac1 - jac0) / divisor[moving, None]
-            J = J.at[t].add(arm)
+        length, J = _spatial(model, data, site_xpos, seg, length, J)
     return data.replace(site_xpos=site_xpos, ten_length=length, ten_J=J, ten_velocity=J @ data.qvel)
+
+
+def _spatial(model: Model, data: Data, site_xpos, seg: np.ndarray, length, J):
+    """Add the spatial segments' lengths and moment arms (mj_tendon's spatial branch)."""
+    t, s0, s1, w, geom, wrap_at = seg.T
+    divisor = jnp.where(jnp.asarray(w >= 0), model.wrap_prm[np.maximum(w, 0)], 1.0)
+    site_body = np.asarray(model.topology.site_bodyid, dtype=np.int64)
+    b0, b1 = site_body[s0], site_body[s1]
+    p0, p1 = site_xpos[s0], site_xpos[s1]
+    # straight segments; those within one body have no moment arm (static), as MuJoCo skips them
+    dist = math.safe_norm(p1 - p0, axis=-1)
+    arm = jnp.where(jnp.asarray(b0 != b1)[:, None], _arms(model, data, (b0, b1), (p0, p1), p1 - p0), 0.0)
+    wraps = np.nonzero(geom >= 0)[0]
+    if len(wraps):
+        g = geom[wraps]
+        bg = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[g]
+        inside = np.asarray(model.topology.wrap_side, dtype=np.int64)[wrap_at[wraps]] >= 0
+        cylinder = np.asarray(model.topology.geom_type, dtype=np.int64)[g] == _GEOM_CYLINDER
+        wlen, t0, t1 = jax.vmap(wrap.wrap)(
+            p0[wraps], p1[wraps], data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g, 0],
+            jnp.asarray(cylinder), jnp.asarray(inside),
+        )  # fmt: skip
+        wrapped = wlen >= 0
+        q0, q1 = p0[wraps], p1[wraps]
+        wrapped_len = math.safe_norm(t0 - q0, axis=-1) + wlen + math.safe_norm(q1 - t1, axis=-1)
+        dist = dist.at[wraps].set(jnp.where(wrapped, wrapped_len, dist[wraps]))
+        arm_in = jnp.where(jnp.asarray(b0[wraps] != bg)[:, None], _arms(model, data, (b0[wraps], bg), (q0, t0), t0 - q0), 0.0)
+        arm_out = jnp.where(jnp.asarray(bg != b1[wraps])[:, None], _arms(model, data, (bg, b1[wraps]), (t1, q1), q1 - t1), 0.0)
+        arm = arm.at[wraps].set(jnp.where(wrapped[:, None], arm_in + arm_out, arm[wraps]))
+    return length.at[t].add(dist / divisor), J.at[t].add(arm / divisor[:, None])

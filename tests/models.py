@@ -222,6 +222,62 @@ TENDONS = f"""
 </mujoco>
 """
 
+TENDON_WRAP = f"""
+<mujoco model="tendon_wrap">
+  <option timestep="0.002"/>
+  {_DEFAULT}
+  <worldbody>
+    <body>
+      <joint name="j0" type="hinge" axis="0 1 0" damping="0.1"/>
+      <geom type="capsule" size="0.05" fromto="0 0 0 0.5 0 0"/>
+      <site name="s0" pos="0.25 0 0.1"/>
+      <geom name="ball0" type="sphere" pos="0.5 0 0.125" size="0.085"/>
+      <site name="in0" pos="0.5 0 0.125"/>
+      <body pos="0.5 0 0">
+        <joint name="j1" type="hinge" axis="0 1 0" damping="0.1"/>
+        <geom type="capsule" size="0.05" fromto="0 0 0 0.5 0 0"/>
+        <site name="s1" pos="0.25 0 0.1"/>
+        <geom name="ball1" type="sphere" pos="0.5 0 0.125" size="0.085"/>
+        <body pos="0.5 0 0">
+          <joint name="j2" type="hinge" axis="0 1 0" damping="0.1"/>
+          <joint name="j2b" type="hinge" axis="0 0 1" damping="0.1"/>
+          <geom type="capsule" size="0.05" fromto="0 0 0 0.5 0 0"/>
+          <site name="s2" pos="0.25 0 0.1"/>
+          <geom name="drum" type="cylinder" pos="0.5 0 0.25" euler="90 0 0" size="0.085 0.1"/>
+          <site name="in2" pos="0.5 0.02 0.25"/>
+          <body pos="0.5 0 0">
+            <joint name="j3" type="hinge" axis="0 1 0" damping="0.1"/>
+            <geom type="capsule" size="0.05" fromto="0 0 0 0.5 0 0"/>
+            <site name="s3" pos="0.25 0.03 0.1"/>
+          </body>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial name="inside" stiffness="30" springlength="1.4" damping="0.3">
+      <site site="s0"/>
+      <geom geom="ball0" sidesite="in0"/>
+      <site site="s1"/>
+      <geom geom="ball1"/>
+      <site site="s2"/>
+      <geom geom="drum" sidesite="in2"/>
+      <site site="s3"/>
+    </spatial>
+    <spatial name="outside" limited="true" range="0.8 1.6" damping="0.2">
+      <site site="s0"/>
+      <geom geom="ball0"/>
+      <site site="s2"/>
+      <geom geom="drum"/>
+      <site site="s3"/>
+    </spatial>
+  </tendon>
+  <actuator>
+    <motor name="pull" tendon="outside" gear="3"/>
+  </actuator>
+</mujoco>
+"""
+
 ALL = {
     "hinge_chain": HINGE_CHAIN,
     "ball_chain": BALL_CHAIN,

@@ -42,9 +42,9 @@ def test_malformed_xml_raises():
          "</worldbody></mujoco>", "mocap"),
         # tendon features not simulated yet name the tendon
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><site name='s0'/><geom name='w' size='.05'/>"
-         "<body pos='.2 0 0'><joint/><geom size='.1'/><site name='s1'/></body></worldbody>"
-         "<tendon><spatial name='wrapped'><site site='s0'/><geom geom='w'/><site site='s1'/></spatial></tendon></mujoco>",
-         "tendon 'wrapped' wrapping around a sphere"),
+         "<site name='out' pos='0 .1 0'/><body pos='.2 0 0'><joint/><geom size='.1'/><site name='s1'/></body></worldbody>"
+         "<tendon><spatial name='wrapped'><site site='s0'/><geom geom='w' sidesite='out'/><site site='s1'/></spatial></tendon></mujoco>",
+         "tendon 'wrapped': side site 'out' outside its wrapping geom 'w'"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<tendon><fixed name='heavy' armature='0.1'><joint joint='j' coef='1'/></fixed></tendon></mujoco>", "tendon 'heavy'/armature"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"

@@ -1,4 +1,4 @@
-"""Tendons (fixed, spatial through sites, pulleys): lengths, moment arms, passive forces,
+"""Tendons (fixed, spatial through sites, pulleys, wrapping around spheres and cylinders): lengths, moment arms, passive forces,
 tendon actuators, limits, friction loss and tendon equalities against MuJoCo (float64),
 and gradients of a rollout through them against central finite differences."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
-from models import TENDONS
+from models import TENDON_WRAP, TENDONS
 from test_parity import INTEGRATORS, random_state, rel_err, to_data
 
 
@@ -25,8 +25,8 @@ def dense_ten_J(m: mujoco.MjModel, d: mujoco.MjData) -> np.ndarray:
 
 
 @functools.cache
-def compiled(integrator: str):
-    m = mujoco.MjModel.from_xml_string(TENDONS)
+def compiled(integrator: str, xml: str = TENDONS):
+    m = mujoco.MjModel.from_xml_string(xml)
     m.opt.integrator = INTEGRATORS[integrator]
     return m, jsn.from_mujoco(m)
 
@@ -115,3 +115,52 @@ def test_ncp_holds_tendon_limits_hard():
     assert np.all(np.asarray(traj.solver_converged)) and not bool(final.diverged)
     assert length[:, 0].max() <= 0.6 + 1e-5 and length[:, 1].max() <= 0.95 + 1e-5
     assert length[:, 1].max() > 0.95 - 1e-3  # the cable does reach its limit
+
+
+def test_wrapping_matches_mujoco():
+    """Spheres and a cylinder, with side sites outside and inside the geoms: over random
+    configurations every segment wraps or not as in MuJoCo, with its length and moment arms;
+    a short trajectory (stiffness, damping, a limit and a motor on wrapped tendons) follows."""
+    m, model = compiled("euler", TENDON_WRAP)
+    forward = jax.jit(jsn.forward)
+    rng = np.random.default_rng(3)
+    wrapped_counts = set()
+    for _ in range(6):
+        d = random_state(m, rng, speed=1.0)
+        d.qpos[:] = 0.5 * rng.normal(size=m.nq)
+        mujoco.mj_forward(m, d)
+        out = forward(model, to_data(model, d))
+        assert rel_err(out.ten_length, d.ten_length) < 1e-10
+        assert rel_err(out.ten_J, dense_ten_J(m, d)) < 1e-8  # inside wraps: MuJoCo 4 converges its root differently
+        assert rel_err(out.qacc, d.qacc) < 1e-8
+        wrapped_counts.add(tuple(d.ten_wrapnum))
+    assert len(wrapped_counts) > 1  # the configurations switch segments between wrapped and straight
+    d = random_state(m, rng, speed=1.0)
+    data = to_data(model, d)
+    ctrl = rng.normal(size=(100, m.nu))
+    ref = []
+    for u in ctrl:
+        d.ctrl[:] = u
+        mujoco.mj_step(m, d)
+        ref.append(np.concatenate([d.qpos, d.qvel]))
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
+    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - np.asarray(ref))) < 1e-6
+
+
+def test_wrapped_tendon_gradients_match_finite_differences():
+    """d ten_length / d (qpos, wrapping radii) through sphere and cylinder wraps (inside and outside side sites)."""
+    m, model = compiled("euler", TENDON_WRAP)
+    qpos = jnp.asarray(np.random.default_rng(4).normal(size=m.nq) * 0.3)
+
+    def lengths(x):
+        q, size = x[: m.nq], x[m.nq :]
+        mdl = eqx.tree_at(lambda mm: mm.geom_size, model, model.geom_size.at[:, 0].set(size))
+        return jsn.forward(mdl, jsn.make_data(mdl).replace(qpos=q)).ten_length
+
+    x = jnp.concatenate([qpos, model.geom_size[:, 0]])
+    jac = jax.jit(jax.jacrev(lengths))(x)
+    assert np.any(np.abs(np.asarray(jac)[:, m.nq + np.array([1, 3, 5])]) > 1e-3)  # the wraps depend on the radii
+    f = jax.jit(lengths)
+    for i in range(len(x)):
+        e = jnp.zeros_like(x).at[i].set(1e-6)
+        np.testing.assert_allclose(jac[:, i], (f(x + e) - f(x - e)) / 2e-6, rtol=1e-5, atol=1e-7)
