@@ -205,6 +205,7 @@ def from_mujoco(
         geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom),
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
         site_bodyid=ints(m.site_bodyid),
+        body_mocapid=ints(m.body_mocapid),
         tendon_adr=ints(m.tendon_adr),
         tendon_num=ints(m.tendon_num),
         wrap_type=ints(m.wrap_type),
@@ -339,7 +340,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         raise UnsupportedFeatureError(f"{what} is not supported by jaxsim_ncp yet")
 
     counts = {
-        "nmocap": "mocap bodies (body/mocap)",
         "nflex": "flex objects (flexcomp / deformable)",
         "nplugin": "engine plugins (plugin)",
         "nplastic": "joint plasticity (joint/springyield)",

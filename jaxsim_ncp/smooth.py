@@ -70,6 +70,11 @@ def kinematics(model: Model, data: Data) -> Data:
     identity_q = jnp.zeros((nbody, 4), dt).at[:, 0].set(1.0)
     local_p = jnp.where(has_free[:, None], 0.0, model.body_pos)
     local_q = jnp.where(has_free[:, None], identity_q, model.body_quat)
+    if topo.nmocap:  # mocap bodies (children of the world, no joints) take their pose from Data
+        mocap = np.nonzero(np.asarray(topo.body_mocapid) >= 0)[0]
+        ids = np.asarray(topo.body_mocapid)[mocap]
+        local_p = local_p.at[mocap].set(data.mocap_pos[ids])
+        local_q = local_q.at[mocap].set(math.normalize(data.mocap_quat[ids]))
     pre_p = jnp.zeros((njnt, 3), dt)  # body-local frame just before each joint acts
     pre_q = jnp.zeros((njnt, 4), dt)
     jntadr = np.asarray(topo.body_jntadr, dtype=np.int64)

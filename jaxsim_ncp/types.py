@@ -123,6 +123,7 @@ class Topology:
     geom_names: tuple[str, ...]
     actuator_names: tuple[str, ...]
     site_bodyid: tuple[int, ...] = ()
+    body_mocapid: tuple[int, ...] = ()  # -1, or the body's row in Data.mocap_pos / mocap_quat
     tendon_adr: tuple[int, ...] = ()  # first path element of each tendon in wrap_*
     tendon_num: tuple[int, ...] = ()
     wrap_type: tuple[int, ...] = ()  # WrapType of each path element
@@ -131,6 +132,10 @@ class Topology:
     tendon_names: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ derived structure
+    @property
+    def nmocap(self) -> int:
+        return sum(i >= 0 for i in self.body_mocapid)
+
     @functools.cached_property
     def body_depth(self) -> np.ndarray:
         depth = np.zeros(len(self.body_parentid), dtype=np.int64)
@@ -505,6 +510,8 @@ class Data(eqx.Module):
     ctrl: Float[Array, " nu"]
     qfrc_applied: Float[Array, " nv"]
     xfrc_applied: Float[Array, "nbody 6"]
+    mocap_pos: Float[Array, "nmocap 3"]  # poses of the mocap bodies (world frame), set per world
+    mocap_quat: Float[Array, "nmocap 4"]
     qacc: Float[Array, " nv"]
     act_dot: Float[Array, " na"]
     diverged: Bool[Array, ""]
@@ -566,6 +573,7 @@ def make_data(model: Model) -> Data:
     dt = model.dtype
     z = lambda *shape: jnp.zeros(shape, dtype=dt)  # noqa: E731
     nb, nj, ng = model.nbody, model.njnt, model.ngeom
+    mocap = np.argsort(np.asarray(model.topology.body_mocapid))[nb - model.topology.nmocap :]  # bodies by mocap id
     eye = jnp.broadcast_to(jnp.eye(3, dtype=dt), (nb, 3, 3))
     return Data(
         time=jnp.zeros((), dt),
@@ -575,6 +583,8 @@ def make_data(model: Model) -> Data:
         ctrl=z(model.nu),
         qfrc_applied=z(model.nv),
         xfrc_applied=z(nb, 6),
+        mocap_pos=jnp.asarray(model.body_pos[mocap], dt),
+        mocap_quat=jnp.asarray(model.body_quat[mocap], dt),
         qacc=z(model.nv),
         act_dot=z(model.na),
         diverged=jnp.zeros((), bool),

@@ -38,8 +38,6 @@ def test_malformed_xml_raises():
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"
          "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
          "site semantics"),
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='b' mocap='true'><geom size='.1'/></body>"
-         "</worldbody></mujoco>", "mocap"),
         # tendon features not simulated yet name the tendon
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><site name='s0'/><geom name='w' size='.05'/>"
          "<site name='out' pos='0 .1 0'/><body pos='.2 0 0'><joint/><geom size='.1'/><site name='s1'/></body></worldbody>"
