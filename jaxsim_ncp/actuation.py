@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from . import passive
 from .types import BiasType, Data, DynType, GainType, Model
 
 MINVAL = 1e-15  # mjMINVAL
@@ -125,6 +126,9 @@ def actuation(model: Model, data: Data) -> Data:
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
 
     qfrc = moment.T @ force
+    if any(topo.jnt_actgravcomp):  # actuator-level gravity compensation, before the joint force clamp
+        to_actuators = np.asarray(topo.jnt_actgravcomp, dtype=bool)[np.asarray(topo.dof_jntid, dtype=np.int64)]
+        qfrc = qfrc + jnp.where(to_actuators, passive.gravcomp(model, data), 0.0)
     jnt_limited = np.asarray(topo.jnt_actfrclimited, dtype=bool)
     if jnt_limited.any():
         jnt = np.nonzero(jnt_limited)[0]

@@ -206,6 +206,8 @@ def from_mujoco(
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
         site_bodyid=ints(m.site_bodyid),
         body_mocapid=ints(m.body_mocapid),
+        has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
+        jnt_actgravcomp=bools(m.jnt_actgravcomp),
         tendon_adr=ints(m.tendon_adr),
         tendon_num=ints(m.tendon_num),
         wrap_type=ints(m.wrap_type),
@@ -237,6 +239,7 @@ def from_mujoco(
         body_mass=f(m.body_mass),
         body_inertia=f(m.body_inertia),
         body_invweight0=f(m.body_invweight0),
+        body_gravcomp=f(m.body_gravcomp),
         jnt_pos=f(m.jnt_pos),
         jnt_axis=f(m.jnt_axis),
         jnt_stiffness=f(m.jnt_stiffness),
@@ -365,9 +368,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         unsupported("sleeping islands (option/flag sleep)")
     if float(m.opt.density) != 0 or float(m.opt.viscosity) != 0:
         unsupported("fluid forces (option/density, option/viscosity)")
-    if np.any(m.body_gravcomp != 0):
-        b = int(np.nonzero(m.body_gravcomp)[0][0])
-        unsupported(f"gravity compensation (body {_name(m, mujoco.mjtObj.mjOBJ_BODY, b)!r}/gravcomp)")
 
     for j in range(m.njnt):
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)

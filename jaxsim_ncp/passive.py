@@ -4,7 +4,9 @@ qfrc_passive = -stiffness (q - qpos_spring) - damping qvel, with the spring of a
 ball joint (and the rotational part of a free joint) acting on the quaternion
 difference expressed as a rotation vector (mju_subQuat). Tendons add
 J^T (-k x - b ten_velocity), x = how far ten_length lies outside the spring's
-deadband [lengthspring[0], lengthspring[1]] (0 inside it).
+deadband [lengthspring[0], lengthspring[1]] (0 inside it). Gravity compensation adds
+J^T (-m gravcomp g) at each body's centre of mass (mj_gravcomp); at the dofs of joints
+with actuatorgravcomp it is added to qfrc_actuator instead (actuation.py).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import math
+from . import math, smooth
 from .types import Data, JointType, Model
 
 
@@ -53,4 +55,15 @@ def passive(model: Model, data: Data) -> Data:
         qfrc = qfrc - model.dof_damping * data.qvel
     if model.ntendon:
         qfrc = qfrc + data.ten_J.T @ tendon_force(model, data)
+    if model.topology.has_gravcomp:
+        to_actuators = np.asarray(model.topology.jnt_actgravcomp, dtype=bool)[np.asarray(model.topology.dof_jntid, dtype=np.int64)]
+        qfrc = qfrc + jnp.where(to_actuators, 0.0, gravcomp(model, data))
     return data.replace(qfrc_passive=qfrc)
+
+
+def gravcomp(model: Model, data: Data):
+    """qfrc_gravcomp: the generalized force cancelling gravcomp x each body's weight (zero with gravity off)."""
+    if not model.topology.has_gravcomp or model.opt.disabled("gravity"):
+        return jnp.zeros(model.nv, model.dtype)
+    force = -(model.body_mass * model.body_gravcomp)[:, None] * model.opt.gravity
+    return smooth.xfrc_to_qfrc(model, data, jnp.concatenate([force, jnp.zeros_like(force)], axis=-1))

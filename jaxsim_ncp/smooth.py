@@ -199,9 +199,11 @@ def rne(model: Model, data: Data) -> Data:
     return data.replace(qfrc_bias=body_forces_to_joints(model, data, cfrc_body))
 
 
-def xfrc_to_qfrc(model: Model, data: Data):
-    """Generalized force of the Cartesian wrenches xfrc_applied (force; torque at each body's com)."""
+def xfrc_to_qfrc(model: Model, data: Data, xfrc=None):
+    """Generalized force of Cartesian wrenches (nbody, 6): force; torque at each body's com
+    (mj_applyFT at xipos). Default: data.xfrc_applied."""
+    xfrc = data.xfrc_applied if xfrc is None else xfrc
     root_com = data.subtree_com[np.asarray(model.topology.body_rootid, dtype=np.int64)]
-    force, torque = data.xfrc_applied[:, :3], data.xfrc_applied[:, 3:]
+    force, torque = xfrc[:, :3], xfrc[:, 3:]
     wrench = jnp.concatenate([torque + jnp.cross(data.xipos - root_com, force), force], axis=-1)
     return body_forces_to_joints(model, data, wrench)

@@ -124,6 +124,8 @@ class Topology:
     actuator_names: tuple[str, ...]
     site_bodyid: tuple[int, ...] = ()
     body_mocapid: tuple[int, ...] = ()  # -1, or the body's row in Data.mocap_pos / mocap_quat
+    has_gravcomp: bool = False  # some body has gravcomp != 0 (passive.py)
+    jnt_actgravcomp: tuple[bool, ...] = ()  # the joint's gravity compensation counts as actuation
     tendon_adr: tuple[int, ...] = ()  # first path element of each tendon in wrap_*
     tendon_num: tuple[int, ...] = ()
     wrap_type: tuple[int, ...] = ()  # WrapType of each path element
@@ -384,6 +386,7 @@ class Model(eqx.Module):
     body_mass: Float[Array, " nbody"]
     body_inertia: Float[Array, "nbody 3"]
     body_invweight0: Float[Array, "nbody 2"]
+    body_gravcomp: Float[Array, " nbody"]  # fraction of the body's weight cancelled (passive force)
     # joints and dofs
     jnt_pos: Float[Array, "njnt 3"]
     jnt_axis: Float[Array, "njnt 3"]
