@@ -2,7 +2,7 @@
 
 forward: kinematics -> com -> tendons -> inertia -> velocities -> passive -> bias -> actuation
 -> smooth acceleration -> collision -> constraint rows -> Newton solve (or, with
-solver="ncp", the interior-point NCP that returns the next velocity).
+solver="ncp", the interior-point NCP that returns the next velocity) -> sensors.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import actuation, constraint, linalg, math, passive, smooth, tendon
+from . import actuation, constraint, linalg, math, passive, sensor, smooth, tendon
 from . import cfd as cfd_lib
 from .collision import collide
 from .integrate import adaptive, fixed
@@ -36,7 +36,7 @@ def forward(model: Model, data: Data) -> Data:
     )
     qacc_smooth = linalg.solve_spd(data.qM, qfrc_smooth)
     data = data.replace(qfrc_smooth=qfrc_smooth, qacc_smooth=qacc_smooth)
-    return _constraint_solve(model, data)
+    return sensor.sensors(model, _constraint_solve(model, data))
 
 
 def _constraint_solve(model: Model, data: Data) -> Data:

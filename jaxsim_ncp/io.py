@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
+from . import sensor
 from .cfd import CFD
 from .collision import FUNCTIONS
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
@@ -151,6 +152,7 @@ def from_mujoco(
     opt = Option(
         timestep=f(m.opt.timestep if timestep is None else timestep),
         gravity=f(m.opt.gravity),
+        magnetic=f(m.opt.magnetic),
         impratio=f(m.opt.impratio),
         meaninertia=f(m.stat.meaninertia),
         meansize=f(m.stat.meansize),
@@ -217,6 +219,13 @@ def from_mujoco(
             for t, prm in zip(m.wrap_type, m.wrap_prm)
         ),  # side sites are inside their geom (_check_tendons)
         tendon_names=names(mujoco.mjtObj.mjOBJ_TENDON, m.ntendon),
+        sensor_type=ints(m.sensor_type),
+        sensor_objtype=ints(m.sensor_objtype),
+        sensor_objid=ints(m.sensor_objid),
+        sensor_reftype=ints(m.sensor_reftype),
+        sensor_refid=ints(m.sensor_refid),
+        sensor_dim=ints(m.sensor_dim),
+        sensor_datatype=ints(m.sensor_datatype),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
     eq_ids = list(layout.eq_ids)
@@ -279,6 +288,7 @@ def from_mujoco(
         eq_solref=f(np.reshape(m.eq_solref, (-1, 2))[eq_ids]),
         eq_solimp=f(np.reshape(m.eq_solimp, (-1, 5))[eq_ids]),
         site_pos=f(np.reshape(m.site_pos, (-1, 3))),
+        site_quat=f(np.reshape(m.site_quat, (-1, 4))),
         wrap_prm=f(m.wrap_prm),
         tendon_stiffness=f(m.tendon_stiffness),
         tendon_lengthspring=f(np.reshape(m.tendon_lengthspring, (-1, 2))),
@@ -292,6 +302,7 @@ def from_mujoco(
         tendon_solimp_fri=f(np.reshape(m.tendon_solimp_fri, (-1, 5))),
         tendon_length0=f(m.tendon_length0),
         tendon_invweight0=f(m.tendon_invweight0),
+        sensor_cutoff=f(m.sensor_cutoff),
         actuator_gear=f(m.actuator_gear),
         actuator_gainprm=f(m.actuator_gainprm),
         actuator_biasprm=f(m.actuator_biasprm),
@@ -381,6 +392,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"polynomial joint damping (joint {jname!r}/damping with polynomial terms)")
 
     _check_tendons(m, unsupported)
+    _check_sensors(m, unsupported)
     for a in range(m.nu):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
         trntype = int(m.actuator_trntype[a])
@@ -434,6 +446,24 @@ def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
                            ("tendon_actfrclimited", "actuatorfrclimited")):  # fmt: skip
             if np.any(np.asarray(getattr(m, attr))[t] != 0):
                 unsupported(f"tendon {tname!r}/{what}")
+
+
+def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
+    """Every sensor must be one sensor.py simulates, on a body, xbody, geom or site."""
+    frames = {int(o) for o in sensor.Obj}
+    for i in range(m.nsensor):
+        sname = _name(m, mujoco.mjtObj.mjOBJ_SENSOR, i)
+        kind = int(m.sensor_type[i])
+        if kind not in {int(s) for s in sensor.Sens}:
+            unsupported(f"sensor {sname!r} of type {mujoco.mjtSensor(kind).name[len('mjSENS_'):].lower()}")
+        frame_kind = kind in {int(s) for s in sensor.Sens if s.name.startswith("FRAME")}
+        for attr in ("objtype", "reftype"):
+            obj = int(getattr(m, f"sensor_{attr}")[i])
+            if frame_kind and obj not in frames and (attr == "objtype" or int(m.sensor_refid[i]) >= 0):
+                unsupported(f"sensor {sname!r} on a {mujoco.mjtObj(obj).name[len('mjOBJ_'):].lower()} (sensor/{attr})")
+        for attr in ("delay", "interval", "history"):
+            if np.any(np.asarray(getattr(m, f"sensor_{attr}"))[i] != 0):
+                unsupported(f"sensor {sname!r}/{attr}")
 
 
 def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, int, int]]:

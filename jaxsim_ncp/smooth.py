@@ -112,9 +112,12 @@ def kinematics(model: Model, data: Data) -> Data:
     gbody = np.asarray(topo.geom_bodyid, dtype=np.int64)
     geom_xpos = xpos[gbody] + jnp.einsum("gij,gj->gi", xmat[gbody], model.geom_pos)
     geom_xmat = xmat[gbody] @ math.quat_to_mat(model.geom_quat)
+    sbody = np.asarray(topo.site_bodyid, dtype=np.int64)
+    site_xpos = xpos[sbody] + jnp.einsum("sij,sj->si", xmat[sbody], model.site_pos)
+    site_xmat = xmat[sbody] @ math.quat_to_mat(model.site_quat)
     return data.replace(
         xpos=xpos, xquat=xquat, xmat=xmat, xipos=xipos, ximat=ximat,
-        xanchor=xanchor, xaxis=xaxis, geom_xpos=geom_xpos, geom_xmat=geom_xmat,
+        xanchor=xanchor, xaxis=xaxis, geom_xpos=geom_xpos, geom_xmat=geom_xmat, site_xpos=site_xpos, site_xmat=site_xmat,
     )
 
 

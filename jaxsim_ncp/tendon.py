@@ -1,4 +1,4 @@
-"""Sites and tendons: site_xpos, ten_length, ten_J, ten_velocity (mj_tendon).
+"""Tendons: ten_length, ten_J, ten_velocity (mj_tendon).
 
 Fixed tendon:   L = sum_k c_k q_k               J[dof_k] += c_k
 Spatial tendon: a path of sites, split into branches by pulleys (divisor D):
@@ -25,14 +25,6 @@ from .constraint import point_jacobian
 from .types import Data, Model, WrapType
 
 _GEOM_CYLINDER = 5  # mjtGeom
-
-
-def site_positions(model: Model, data: Data):
-    """site_xpos = xpos[body] + xmat[body] site_pos (mj_kinematics, sites)."""
-    body = np.asarray(model.topology.site_bodyid, dtype=np.int64)
-    if len(body) == 0:
-        return jnp.zeros((0, 3), model.dtype)
-    return data.xpos[body] + jnp.einsum("sij,sj->si", data.xmat[body], model.site_pos)
 
 
 def _fixed_terms(model: Model):
@@ -78,11 +70,10 @@ def _arms(model: Model, data: Data, bodies, points, direction_of):
 
 
 def tendon(model: Model, data: Data) -> Data:
-    """site_xpos, ten_length, ten_J and ten_velocity at the current state (after com_pos)."""
-    site_xpos = site_positions(model, data)
+    """ten_length, ten_J and ten_velocity at the current state (after kinematics and com_pos)."""
     nt = model.ntendon
     if nt == 0:
-        return data.replace(site_xpos=site_xpos)
+        return data
     length = jnp.zeros(nt, model.dtype)
     J = jnp.zeros((nt, model.nv), model.dtype)
     topo = model.topology
@@ -98,8 +89,8 @@ def tendon(model: Model, data: Data) -> Data:
 
     seg = _site_segments(model)
     if len(seg):
-        length, J = _spatial(model, data, site_xpos, seg, length, J)
-    return data.replace(site_xpos=site_xpos, ten_length=length, ten_J=J, ten_velocity=J @ data.qvel)
+        length, J = _spatial(model, data, data.site_xpos, seg, length, J)
+    return data.replace(ten_length=length, ten_J=J, ten_velocity=J @ data.qvel)
 
 
 def _spatial(model: Model, data: Data, site_xpos, seg: np.ndarray, length, J):

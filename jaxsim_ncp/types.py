@@ -132,6 +132,18 @@ class Topology:
     wrap_objid: tuple[int, ...] = ()  # joint (fixed tendon) or site id
     wrap_side: tuple[int, ...] = ()  # side site (inside the geom) of a sphere/cylinder element, -1: none
     tendon_names: tuple[str, ...] = ()
+    # sensors (sensor.py): mjtSensor type, object and reference frame, address and size in sensordata
+    sensor_type: tuple[int, ...] = ()
+    sensor_objtype: tuple[int, ...] = ()
+    sensor_objid: tuple[int, ...] = ()
+    sensor_reftype: tuple[int, ...] = ()
+    sensor_refid: tuple[int, ...] = ()
+    sensor_dim: tuple[int, ...] = ()
+    sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
+
+    @property
+    def nsensordata(self) -> int:
+        return sum(self.sensor_dim)
 
     # ------------------------------------------------------------ derived structure
     @property
@@ -336,6 +348,7 @@ class Option(eqx.Module):
 
     timestep: Float[Array, ""]
     gravity: Float[Array, "3"]
+    magnetic: Float[Array, "3"]  # the magnetometer's field
     impratio: Float[Array, ""]
     meaninertia: Float[Array, ""]  # mjStatistic.meaninertia: scales the solver's tolerances
     meansize: Float[Array, ""]  # mjStatistic.meansize: the NCP solver's length scale
@@ -431,6 +444,7 @@ class Model(eqx.Module):
     eq_solimp: Float[Array, "neq 5"]
     # sites and tendons (path elements: wrap_prm is a fixed tendon's joint coefficient or a pulley's divisor)
     site_pos: Float[Array, "nsite 3"]
+    site_quat: Float[Array, "nsite 4"]
     wrap_prm: Float[Array, " nwrap"]
     tendon_stiffness: Float[Array, " ntendon"]
     tendon_lengthspring: Float[Array, "ntendon 2"]  # spring deadband [lower, upper]
@@ -445,6 +459,7 @@ class Model(eqx.Module):
     tendon_length0: Float[Array, " ntendon"]
     tendon_invweight0: Float[Array, " ntendon"]
     # actuators
+    sensor_cutoff: Float[Array, " nsensor"]
     actuator_gear: Float[Array, "nu 6"]
     actuator_gainprm: Float[Array, "nu 10"]
     actuator_biasprm: Float[Array, "nu 10"]
@@ -535,6 +550,7 @@ class Data(eqx.Module):
     geom_xpos: Float[Array, "ngeom 3"]
     geom_xmat: Float[Array, "ngeom 3 3"]
     site_xpos: Float[Array, "nsite 3"]
+    site_xmat: Float[Array, "nsite 3 3"]
     # tendons (tendon.py)
     ten_length: Float[Array, " ntendon"]
     ten_velocity: Float[Array, " ntendon"]
@@ -566,6 +582,7 @@ class Data(eqx.Module):
     efc_aref: Float[Array, " nefc"]
     efc_force: Float[Array, " nefc"]
     efc_mask: Bool[Array, " nefc"]
+    sensordata: Float[Array, " nsensordata"]  # in MuJoCo's order (sensor.py)
 
     def replace(self, **changes) -> "Data":
         return dataclasses.replace(self, **changes)
@@ -607,6 +624,7 @@ def make_data(model: Model) -> Data:
         geom_xpos=z(ng, 3),
         geom_xmat=jnp.broadcast_to(jnp.eye(3, dtype=dt), (ng, 3, 3)),
         site_xpos=z(len(model.topology.site_bodyid), 3),
+        site_xmat=jnp.broadcast_to(jnp.eye(3, dtype=dt), (len(model.topology.site_bodyid), 3, 3)),
         ten_length=z(model.ntendon),
         ten_velocity=z(model.ntendon),
         ten_J=z(model.ntendon, model.nv),
@@ -634,6 +652,7 @@ def make_data(model: Model) -> Data:
         efc_aref=z(model.constraints.nefc),
         efc_force=z(model.constraints.nefc),
         efc_mask=jnp.zeros((model.constraints.nefc,), bool),
+        sensordata=z(model.topology.nsensordata),
     )
 
 
