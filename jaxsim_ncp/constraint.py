@@ -23,6 +23,7 @@ from jaxtyping import Array, Bool, Float
 
 from . import math
 from .cfd import CFD
+from .smooth import point_jacobian
 from .types import Data, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
@@ -66,17 +67,6 @@ class Efc(NamedTuple):
 
 
 # ---------------------------------------------------------------------- Jacobians
-
-
-def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):
-    """Translational and rotational Jacobians (n, 3, nv) of points fixed to `body` (mj_jac)."""
-    topo = model.topology
-    chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)  # (n, nv)
-    root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
-    offset = point - data.subtree_com[root]
-    ang, lin = data.cdof[:, :3], data.cdof[:, 3:]
-    jacp = lin.T[None] + jnp.cross(ang[None, :, :], offset[:, None, :]).transpose(0, 2, 1)
-    return jacp * chain[:, None, :], ang.T[None] * chain[:, None, :]
 
 
 def _velocity_product_acc(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):

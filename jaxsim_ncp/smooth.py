@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
 from . import math
 from .types import Data, JointType, Model
@@ -210,3 +211,14 @@ def xfrc_to_qfrc(model: Model, data: Data, xfrc=None):
     force, torque = xfrc[:, :3], xfrc[:, 3:]
     wrench = jnp.concatenate([torque + jnp.cross(data.xipos - root_com, force), force], axis=-1)
     return body_forces_to_joints(model, data, wrench)
+
+
+def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):
+    """Translational and rotational Jacobians (n, 3, nv) of points fixed to `body` (mj_jac)."""
+    topo = model.topology
+    chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)  # (n, nv)
+    root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
+    offset = point - data.subtree_com[root]
+    ang, lin = data.cdof[:, :3], data.cdof[:, 3:]
+    jacp = lin.T[None] + jnp.cross(ang[None, :, :], offset[:, None, :]).transpose(0, 2, 1)
+    return jacp * chain[:, None, :], ang.T[None] * chain[:, None, :]

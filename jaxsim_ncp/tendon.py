@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import math, wrap
-from .constraint import point_jacobian
+from .smooth import point_jacobian
 from .types import Data, Model, WrapType
 
 _GEOM_CYLINDER = 5  # mjtGeom
@@ -89,17 +89,17 @@ def tendon(model: Model, data: Data) -> Data:
 
     seg = _site_segments(model)
     if len(seg):
-        length, J = _spatial(model, data, data.site_xpos, seg, length, J)
+        length, J = _spatial(model, data, seg, length, J)
     return data.replace(ten_length=length, ten_J=J, ten_velocity=J @ data.qvel)
 
 
-def _spatial(model: Model, data: Data, site_xpos, seg: np.ndarray, length, J):
+def _spatial(model: Model, data: Data, seg: np.ndarray, length, J):
     """Add the spatial segments' lengths and moment arms (mj_tendon's spatial branch)."""
     t, s0, s1, w, geom, wrap_at = seg.T
     divisor = jnp.where(jnp.asarray(w >= 0), model.wrap_prm[np.maximum(w, 0)], 1.0)
     site_body = np.asarray(model.topology.site_bodyid, dtype=np.int64)
     b0, b1 = site_body[s0], site_body[s1]
-    p0, p1 = site_xpos[s0], site_xpos[s1]
+    p0, p1 = data.site_xpos[s0], data.site_xpos[s1]
     # straight segments; those within one body have no moment arm (static), as MuJoCo skips them
     dist = math.safe_norm(p1 - p0, axis=-1)
     arm = jnp.where(jnp.asarray(b0 != b1)[:, None], _arms(model, data, (b0, b1), (p0, p1), p1 - p0), 0.0)
