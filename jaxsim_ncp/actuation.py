@@ -121,7 +121,7 @@ def actuation(model: Model, data: Data) -> Data:
                      g[:, 0] + g[:, 1] * length + g[:, 2] * velocity, g[:, 0])
     bias = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE,
                      b[:, 0] + b[:, 1] * length + b[:, 2] * velocity, 0.0)
-    force = gain * inp + bias
+    force = _clamp_tendon_totals(model, gain * inp + bias)
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
 
@@ -138,6 +138,22 @@ def actuation(model: Model, data: Data) -> Data:
         actuator_length=length, actuator_velocity=velocity, actuator_force=force,
         act_dot=act_dot, qfrc_actuator=qfrc,
     )
+
+
+def _clamp_tendon_totals(model: Model, force):
+    """Tendons with actuatorfrcrange: the actuators on such a tendon are scaled together so that
+    their total lies in the range (before each actuator's own forcerange clamp, as mj_fwdActuation)."""
+    topo = model.topology
+    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == _TRN_TENDON
+    ten = np.where(on_tendon, np.asarray(topo.actuator_trnid, dtype=np.int64), 0)
+    limited = on_tendon & np.asarray(topo.tendon_actfrclimited + (False,), dtype=bool)[np.where(on_tendon, ten, -1)]
+    if not limited.any():
+        return force
+    total = jnp.zeros(model.ntendon, force.dtype).at[ten[limited]].add(force[limited])[ten]
+    lo, hi = model.tendon_actfrcrange[ten, 0], model.tendon_actfrcrange[ten, 1]
+    safe = jnp.where(total == 0, 1.0, total)
+    scale = jnp.where(total < lo, lo / safe, jnp.where(total > hi, hi / safe, 1.0))
+    return jnp.where(limited & (total != 0), force * scale, force)
 
 
 def actuator_velocity_derivative(model: Model, data: Data):

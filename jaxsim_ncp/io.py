@@ -219,6 +219,7 @@ def from_mujoco(
             for t, prm in zip(m.wrap_type, m.wrap_prm)
         ),  # side sites are inside their geom (_check_tendons)
         tendon_names=names(mujoco.mjtObj.mjOBJ_TENDON, m.ntendon),
+        tendon_actfrclimited=bools(m.tendon_actfrclimited),
         sensor_type=ints(m.sensor_type),
         sensor_objtype=ints(m.sensor_objtype),
         sensor_objid=ints(m.sensor_objid),
@@ -302,6 +303,7 @@ def from_mujoco(
         tendon_solimp_fri=f(np.reshape(m.tendon_solimp_fri, (-1, 5))),
         tendon_length0=f(m.tendon_length0),
         tendon_invweight0=f(m.tendon_invweight0),
+        tendon_actfrcrange=f(np.reshape(m.tendon_actfrcrange, (-1, 2))),
         sensor_cutoff=f(m.sensor_cutoff),
         actuator_gear=f(m.actuator_gear),
         actuator_gainprm=f(m.actuator_gainprm),
@@ -442,8 +444,7 @@ def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
                     "on the geom's body)"
                 )
         for attr, what in (("tendon_armature", "armature"), ("tendon_stiffnesspoly", "stiffness with polynomial terms"),
-                           ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield"),
-                           ("tendon_actfrclimited", "actuatorfrclimited")):  # fmt: skip
+                           ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield")):  # fmt: skip
             if np.any(np.asarray(getattr(m, attr))[t] != 0):
                 unsupported(f"tendon {tname!r}/{what}")
 

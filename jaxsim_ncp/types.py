@@ -132,6 +132,7 @@ class Topology:
     wrap_objid: tuple[int, ...] = ()  # joint (fixed tendon) or site id
     wrap_side: tuple[int, ...] = ()  # side site (inside the geom) of a sphere/cylinder element, -1: none
     tendon_names: tuple[str, ...] = ()
+    tendon_actfrclimited: tuple[bool, ...] = ()  # the total actuator force on the tendon is clamped
     # sensors (sensor.py): mjtSensor type, object and reference frame, address and size in sensordata
     sensor_type: tuple[int, ...] = ()
     sensor_objtype: tuple[int, ...] = ()
@@ -458,6 +459,7 @@ class Model(eqx.Module):
     tendon_solimp_fri: Float[Array, "ntendon 5"]
     tendon_length0: Float[Array, " ntendon"]
     tendon_invweight0: Float[Array, " ntendon"]
+    tendon_actfrcrange: Float[Array, "ntendon 2"]
     # actuators
     sensor_cutoff: Float[Array, " nsensor"]
     actuator_gear: Float[Array, "nu 6"]

@@ -196,7 +196,8 @@ TENDONS = f"""
       <joint joint="j1" coef="1"/>
       <joint joint="j2" coef="-0.5"/>
     </fixed>
-    <spatial name="cable" stiffness="20" damping="0.5" limited="true" range="0.3 0.95" springlength="0.6">
+    <spatial name="cable" stiffness="20" damping="0.5" limited="true" range="0.3 0.95" springlength="0.6"
+             actuatorfrclimited="true" actuatorfrcrange="-1.5 1.2">
       <site site="anchor"/>
       <site site="a_mid"/>
       <site site="a_tip"/>
@@ -216,6 +217,7 @@ TENDONS = f"""
   </equality>
   <actuator>
     <motor name="pull" tendon="cable" gear="2" ctrlrange="-1 1"/>
+    <motor name="assist" tendon="cable"/>
     <position name="hold" tendon="couple" kp="5" kv="0.5"/>
     <motor name="turn" joint="j4"/>
   </actuator>

@@ -35,7 +35,7 @@ def test_tendon_forward_matches_mujoco():
     m, model = compiled("euler")
     forward = jax.jit(jsn.forward)
     rng = np.random.default_rng(0)
-    kinds = set()
+    kinds, clamped = set(), False
     for _ in range(4):
         d = random_state(m, rng, speed=1.0)
         d.qpos[:] = 0.6 * rng.normal(size=m.nq)
@@ -48,7 +48,9 @@ def test_tendon_forward_matches_mujoco():
         assert rel_err(out.qfrc_passive, d.qfrc_passive) < 1e-10
         assert rel_err(out.actuator_length, d.actuator_length) < 1e-12
         assert rel_err(out.actuator_velocity, d.actuator_velocity) < 1e-12
+        assert rel_err(out.actuator_force, d.actuator_force) < 1e-12  # the cable's total is clamped
         assert rel_err(out.qfrc_actuator, d.qfrc_actuator) < 1e-10
+        clamped |= bool(np.isclose(abs(d.actuator_force[0] + d.actuator_force[1]), [1.5, 1.2]).any())
         assert rel_err(out.qacc, d.qacc) < 1e-8
         # the rows MuJoCo made (same order: equality, friction, limits) and their forces
         mask = np.asarray(out.efc_mask)
@@ -57,6 +59,7 @@ def test_tendon_forward_matches_mujoco():
         assert rel_err(np.asarray(out.efc_force)[mask], d.efc_force) < 1e-6
         kinds |= {int(t) for t in d.efc_type}
     limit = int(mujoco.mjtConstraint.mjCNSTR_LIMIT_TENDON)
+    assert clamped  # the cable's actuatorfrcrange scaled its two motors at some state
     assert {int(mujoco.mjtConstraint.mjCNSTR_EQUALITY), int(mujoco.mjtConstraint.mjCNSTR_FRICTION_TENDON), limit} <= kinds
 
 
@@ -81,7 +84,7 @@ def test_tendon_gradients_match_finite_differences():
     """d(loss)/d(tendon stiffness, damping, pulley divisor, site position, qvel) of a 20-step rollout."""
     _, model = compiled("euler")
     data = jsn.make_data(model).replace(qvel=jnp.array([1.0, -0.5, 0.8, 0.1, 0.6]))
-    ctrl = jnp.tile(jnp.array([0.5, 0.2, -0.3]), (20, 1))
+    ctrl = jnp.tile(jnp.array([0.5, 0.4, 0.2, -0.3]), (20, 1))
     where = lambda m: (m.tendon_stiffness, m.tendon_damping, m.wrap_prm, m.site_pos)  # noqa: E731
 
     def loss(params, qvel):
@@ -110,7 +113,7 @@ def test_ncp_holds_tendon_limits_hard():
     m = mujoco.MjModel.from_xml_string(TENDONS.replace('frictionloss="0.05"', ""))  # no dry friction in the NCP
     model = jsn.from_mujoco(m, solver="ncp", timestep=0.01)
     data = jsn.make_data(model).replace(qvel=jnp.array([3.0, -2.0, 1.0, 0.5, 2.0]))
-    final, traj = jax.jit(jsn.rollout)(model, data, jnp.tile(jnp.array([1.0, 0.0, 0.5]), (100, 1)))
+    final, traj = jax.jit(jsn.rollout)(model, data, jnp.tile(jnp.array([1.0, 0.0, 0.0, 0.5]), (100, 1)))
     length = np.asarray(traj.ten_length)
     assert np.all(np.asarray(traj.solver_converged)) and not bool(final.diverged)
     assert length[:, 0].max() <= 0.6 + 1e-5 and length[:, 1].max() <= 0.95 + 1e-5
