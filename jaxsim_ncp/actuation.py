@@ -13,12 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import passive
-from .types import BiasType, Data, DynType, GainType, Model
+from .types import TRN_TENDON, BiasType, Data, DynType, GainType, Model
 
 MINVAL = 1e-15  # mjMINVAL
-
-
-_TRN_TENDON = 3  # mjtTrn.mjTRN_TENDON
 
 
 def transmission(model: Model, data: Data):
@@ -26,7 +23,7 @@ def transmission(model: Model, data: Data):
     topo = model.topology
     gear = model.actuator_gear[:, 0]
     obj = np.asarray(topo.actuator_trnid, dtype=np.int64)
-    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == _TRN_TENDON
+    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == TRN_TENDON
     jnt = np.where(on_tendon, 0, obj)
     qadr = np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt]
     dadr = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
@@ -144,7 +141,7 @@ def _clamp_tendon_totals(model: Model, force):
     """Tendons with actuatorfrcrange: the actuators on such a tendon are scaled together so that
     their total lies in the range (before each actuator's own forcerange clamp, as mj_fwdActuation)."""
     topo = model.topology
-    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == _TRN_TENDON
+    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == TRN_TENDON
     ten = np.where(on_tendon, np.asarray(topo.actuator_trnid, dtype=np.int64), 0)
     limited = on_tendon & np.asarray(topo.tendon_actfrclimited + (False,), dtype=bool)[np.where(on_tendon, ten, -1)]
     if not limited.any():

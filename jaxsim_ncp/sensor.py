@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import math
-from .types import Data, Model
+from .types import TRN_TENDON, Data, Model
 
 
 class Obj(IntEnum):
@@ -127,7 +127,7 @@ def _value(model: Model, data: Data, i: int):
     if kind in scalar:
         return jnp.reshape(scalar[kind](), (1,))
     if kind == Sens.TENDONACTFRC:
-        on = [a for a in range(model.nu) if topo.actuator_trntype[a] == 3 and topo.actuator_trnid[a] == objid]
+        on = [a for a in range(model.nu) if topo.actuator_trntype[a] == TRN_TENDON and topo.actuator_trnid[a] == objid]
         return jnp.reshape(jnp.sum(data.actuator_force[np.asarray(on, dtype=np.int64)]), (1,))
     if kind == Sens.SUBTREECOM:
         return data.subtree_com[objid]

@@ -24,8 +24,6 @@ from . import math, wrap
 from .smooth import point_jacobian
 from .types import Data, Model, WrapType
 
-_GEOM_CYLINDER = 5  # mjtGeom
-
 
 def _fixed_terms(model: Model):
     """(tendon, wrap index, joint) of every fixed-tendon element."""
@@ -108,7 +106,7 @@ def _spatial(model: Model, data: Data, seg: np.ndarray, length, J):
         g = geom[wraps]
         bg = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[g]
         inside = np.asarray(model.topology.wrap_side, dtype=np.int64)[wrap_at[wraps]] >= 0
-        cylinder = np.asarray(model.topology.geom_type, dtype=np.int64)[g] == _GEOM_CYLINDER
+        cylinder = np.asarray(model.topology.wrap_type, dtype=np.int64)[wrap_at[wraps]] == WrapType.CYLINDER
         wlen, t0, t1 = jax.vmap(wrap.wrap)(
             p0[wraps], p1[wraps], data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g, 0],
             jnp.asarray(cylinder), jnp.asarray(inside),

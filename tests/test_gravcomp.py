@@ -7,6 +7,7 @@ import mujoco
 import numpy as np
 
 import jaxsim_ncp as jsn
+from test_parity import mujoco_rollout, qpos_qvel
 
 ARM = """
 <mujoco model="gravcomp">
@@ -48,14 +49,10 @@ def test_gravcomp_matches_mujoco():
     mujoco.mj_forward(m, d)
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel), ctrl=jnp.asarray(d.ctrl))
     ctrl = 0.3 * rng.normal(size=(100, 1))
-    ref = []
-    for u in ctrl:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        ref.append(np.concatenate([d.qpos, d.qvel]))
+    ref = mujoco_rollout(m, d, ctrl, qpos_qvel)
     _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
     first = jsn.forward(model, data.replace(ctrl=jnp.asarray(ctrl[0])))
-    np.testing.assert_allclose(np.concatenate([traj.qpos, traj.qvel], axis=1), np.asarray(ref), atol=1e-8)
+    np.testing.assert_allclose(np.concatenate([traj.qpos, traj.qvel], axis=1), ref, atol=1e-8)
     # the free ball floats (fully compensated) and the elbow's share shows up as actuation
     np.testing.assert_allclose(traj.qvel[-1, -6:-3], traj.qvel[0, -6:-3], atol=1e-12)
     assert abs(float(first.qfrc_actuator[1])) > 0.05 and float(first.qfrc_passive[1]) == 0.0

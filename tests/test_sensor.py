@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
-from test_parity import random_state, to_data
+from test_parity import mujoco_rollout, random_state, to_data
 
 SCENE = """
 <mujoco model="sensors">
@@ -93,13 +93,9 @@ def test_sensordata_matches_mujoco():
     d = random_state(m, rng)
     data = to_data(model, d)
     ctrl = rng.normal(size=(30, m.nu))
-    ref = []
-    for u in ctrl:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        ref.append(d.sensordata.copy())
+    ref = mujoco_rollout(m, d, ctrl, lambda d: d.sensordata)
     _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
-    np.testing.assert_allclose(traj.sensordata, np.asarray(ref), atol=1e-8)
+    np.testing.assert_allclose(traj.sensordata, ref, atol=1e-8)
 
 
 def test_sensor_gradients_match_finite_differences():

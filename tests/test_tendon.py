@@ -13,7 +13,7 @@ import pytest
 
 import jaxsim_ncp as jsn
 from models import TENDON_WRAP, TENDONS
-from test_parity import INTEGRATORS, random_state, rel_err, to_data
+from test_parity import INTEGRATORS, mujoco_rollout, qpos_qvel, random_state, rel_err, to_data
 
 
 def dense_ten_J(m: mujoco.MjModel, d: mujoco.MjData) -> np.ndarray:
@@ -70,13 +70,9 @@ def test_tendon_trajectory_matches_mujoco(integrator):
     d = random_state(m, rng, speed=1.0)
     data = to_data(model, d)
     ctrl = rng.normal(size=(150, m.nu))
-    ref = []
-    for u in ctrl:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        ref.append(np.concatenate([d.qpos, d.qvel]))
+    ref = mujoco_rollout(m, d, ctrl, qpos_qvel)
     final, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
-    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - np.asarray(ref))) < 1e-6
+    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - ref)) < 1e-6
     assert not bool(final.diverged)
 
 
@@ -141,13 +137,9 @@ def test_wrapping_matches_mujoco():
     d = random_state(m, rng, speed=1.0)
     data = to_data(model, d)
     ctrl = rng.normal(size=(100, m.nu))
-    ref = []
-    for u in ctrl:
-        d.ctrl[:] = u
-        mujoco.mj_step(m, d)
-        ref.append(np.concatenate([d.qpos, d.qvel]))
+    ref = mujoco_rollout(m, d, ctrl, qpos_qvel)
     _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
-    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - np.asarray(ref))) < 1e-6
+    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - ref)) < 1e-6
 
 
 def test_wrapped_tendon_gradients_match_finite_differences():
