@@ -172,27 +172,28 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     def select(pred, a, b):
         return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
-    def one_pass(carry, first):
+    def one_pass(carry, flags):
         """Judge the last pass at its new configuration; solve again, re-linearized there, if it penetrates."""
+        first, judge_only = flags
         best, best_depth, last = carry
         qvel_lin = jnp.where(first, 0.0, last[0].qvel)
         contact, rows = rows_at(qvel_lin)
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
         better = depth < best_depth
         best, best_depth = select(better, last, best), jnp.where(better, depth, best_depth)
-        needed = first | (depth > 1e-5 * length)
+        needed = (first | (depth > 1e-5 * length)) & ~judge_only
         last = select(needed, (solve(rows, skip=~needed), contact, rows), last)
         return (best, best_depth, last), None
 
     if opt.ncp_passes == 1:
         contact, rows = rows_at()
         sol = solve(rows)
-    else:
-        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), *rows_at())))
-        first = jnp.arange(opt.ncp_passes) == 0
-        (best, best_depth, last), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), first)
-        depth = penetration(rows_at(last[0].qvel)[1], last[0].qvel)  # judge the last pass too
-        sol, contact, rows = select(depth < best_depth, last, best)
+    else:  # the passes, then a round that only judges the last one (one traced collision for all)
+        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (lambda c, r: (solve(r), c, r))(*rows_at())))
+        rounds = np.arange(opt.ncp_passes + 1)
+        flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
+        (best, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), flags)
+        sol, contact, rows = best
     if opt.cfd is not None and layout.ncon:
         # contacts from distance (cfd.py): the gradient comes from one more solve in which every
         # unit within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =

@@ -219,6 +219,8 @@ def from_mujoco(
             for t, prm in zip(m.wrap_type, m.wrap_prm)
         ),  # side sites are inside their geom (_check_tendons)
         tendon_names=names(mujoco.mjtObj.mjOBJ_TENDON, m.ntendon),
+        body_treeid=ints(m.body_treeid),
+        dof_treeid=ints(m.dof_treeid),
         tendon_actfrclimited=bools(m.tendon_actfrclimited),
         sensor_type=ints(m.sensor_type),
         sensor_objtype=ints(m.sensor_objtype),

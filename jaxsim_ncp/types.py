@@ -133,6 +133,8 @@ class Topology:
     wrap_objid: tuple[int, ...] = ()  # joint (fixed tendon) or site id
     wrap_side: tuple[int, ...] = ()  # side site (inside the geom) of a sphere/cylinder element, -1: none
     tendon_names: tuple[str, ...] = ()
+    body_treeid: tuple[int, ...] = ()  # kinematic tree of each body (-1: static), MuJoCo's numbering
+    dof_treeid: tuple[int, ...] = ()
     tendon_actfrclimited: tuple[bool, ...] = ()  # the total actuator force on the tendon is clamped
     # sensors (sensor.py): mjtSensor type, object and reference frame, address and size in sensordata
     sensor_type: tuple[int, ...] = ()

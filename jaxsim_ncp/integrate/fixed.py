@@ -42,13 +42,15 @@ def advance(model: Model, data: Data, act_dot, qacc, qvel=None) -> Data:
 def euler(model: Model, data: Data) -> Data:
     """Semi-implicit Euler with implicit joint damping: (M + h B) a = f (eq. 5 with D = -B).
 
-    With B = 0 this equals the plain semi-implicit update; the "eulerdamp" disable flag
-    turns the implicit damping off as in MuJoCo.
+    As mj_Euler, the solver's qacc is used as it is when no dof is damped (the two differ
+    when the solver stopped short of convergence); the "eulerdamp" disable flag turns the
+    implicit damping off as in MuJoCo.
     """
     if model.opt.disabled("eulerdamp") or model.opt.disabled("damper") or model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
     qacc = linalg.solve_spd(effective_mass(model, data), force)
+    qacc = jnp.where(jnp.any(model.dof_damping > 0), qacc, data.qacc)
     return advance(model, data, data.act_dot, qacc)
 
 

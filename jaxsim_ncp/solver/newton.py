@@ -29,6 +29,7 @@ from jaxtyping import Array, Float
 from .. import linalg
 from ..constraint import Efc
 from ..types import Model
+from . import island
 from .implicit import implicit_solver
 
 _MINVAL = 1e-15
@@ -124,17 +125,20 @@ def _zones(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None):
     return force, quad, middle
 
 
-def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad, middle):
-    """s(jar): quadratic rows, linear friction-loss rows and the elliptic middle zone."""
+def _cost_terms(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad, middle):
+    """s(jar) by row (quadratic rows, linear friction-loss rows) and by elliptic cone (middle zone)."""
     D, R, fl = efc.D, efc.R, efc.frictionloss
-    fr = jnp.asarray(kinds.friction) & efc.mask
-    s = jnp.sum(jnp.where(quad, 0.5 * D * jar**2, 0.0))
-    lin = fr & ~quad
-    s += jnp.sum(jnp.where(lin, -0.5 * R * fl**2 + fl * jnp.abs(jar), 0.0))
-    if middle is not None:
-        mid, _, N, T, Dm = middle
-        s += jnp.sum(jnp.where(mid, 0.5 * Dm * (N - cone.mu * T) ** 2, 0.0))
-    return s
+    lin = jnp.asarray(kinds.friction) & efc.mask & ~quad
+    rows = jnp.where(quad, 0.5 * D * jar**2, jnp.where(lin, -0.5 * R * fl**2 + fl * jnp.abs(jar), 0.0))
+    if middle is None:
+        return rows, None
+    mid, _, N, T, Dm = middle
+    return rows, jnp.where(mid, 0.5 * Dm * (N - cone.mu * T) ** 2, 0.0)
+
+
+def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad, middle):
+    rows, cones = _cost_terms(jar, efc, kinds, cone, quad, middle)
+    return jnp.sum(rows) + (0.0 if cones is None else jnp.sum(cones))
 
 
 def _hessian(M, efc: Efc, quad, middle, kinds: RowKinds, cone: _Cone | None):
@@ -164,19 +168,20 @@ class _Eval(NamedTuple):
     d2: Array
 
 
-def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | None) -> _Eval:
-    """Cost along the search direction and its first two derivatives in alpha (exact)."""
-    x = jar + alpha * Jp
+def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | None, isl: island.Islands) -> _Eval:
+    """Each island's cost along the search direction, shifted by its Gauss constant, and the
+    first two derivatives in its step length alpha (exact); gauss = (p^T (M a - f), p^T M p) per island."""
+    x = jar + island.spread(alpha, isl.row) * Jp
     _, quad, middle = _zones(x, efc, kinds, cone)
-    D, R, fl = efc.D, efc.R, efc.frictionloss
-    cost = gauss[0] + alpha * gauss[1] + 0.5 * alpha**2 * gauss[2]
-    d1 = gauss[1] + alpha * gauss[2]
-    d2 = gauss[2]
-    cost += _cost(x, efc, kinds, cone, quad, middle)
-    d1 += jnp.sum(jnp.where(quad, D * x * Jp, 0.0))
-    d2 += jnp.sum(jnp.where(quad, D * Jp**2, 0.0))
+    D, fl = efc.D, efc.frictionloss
+    rows, cones = _cost_terms(x, efc, kinds, cone, quad, middle)
     lin = jnp.asarray(kinds.friction) & efc.mask & ~quad
-    d1 += jnp.sum(jnp.where(lin, fl * jnp.sign(x) * Jp, 0.0))
+    d1_rows = jnp.where(quad, D * x * Jp, jnp.where(lin, fl * jnp.sign(x) * Jp, 0.0))
+    d2_rows = jnp.where(quad, D * Jp**2, 0.0)
+    by_row = island.segment_sum(jnp.stack([rows, d1_rows, d2_rows], -1), isl.row, isl)
+    cost = alpha * gauss[0] + 0.5 * alpha**2 * gauss[1] + by_row[:, 0]
+    d1 = gauss[0] + alpha * gauss[1] + by_row[:, 1]
+    d2 = gauss[1] + by_row[:, 2]
     if middle is not None:
         mid, U, N, T, Dm = middle  # T is only used where mid, where it is > 0
         idx = kinds.cone
@@ -185,8 +190,10 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
         t2 = (jnp.sum(V[:, 1:] ** 2, -1) - t1**2) / T
         nmt = N - cone.mu * T
         nmt1 = V[:, 0] - cone.mu * t1
-        d1 += jnp.sum(jnp.where(mid, Dm * nmt * nmt1, 0.0))
-        d2 += jnp.sum(jnp.where(mid, Dm * (nmt1**2 - nmt * cone.mu * t2), 0.0))
+        d1_cones = jnp.where(mid, Dm * nmt * nmt1, 0.0)
+        d2_cones = jnp.where(mid, Dm * (nmt1**2 - nmt * cone.mu * t2), 0.0)
+        by_cone = island.segment_sum(jnp.stack([cones, d1_cones, d2_cones], -1), isl.row[idx.rows[:, 0]], isl)
+        cost, d1, d2 = cost + by_cone[:, 0], d1 + by_cone[:, 1], d2 + by_cone[:, 2]
     return _Eval(cost, d1, d2)
 
 
@@ -248,19 +255,25 @@ def solve(
     cone = _cone_data(efc, friction, kinds)
     cost_ws = _total_cost(qacc_warmstart, M, qfrc_smooth, efc, kinds, cone)
     cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
-    qacc0 = jnp.where(cost_ws < cost_sm, qacc_warmstart, qacc_smooth)
+    qacc0 = jnp.where(cost_ws > cost_sm, qacc_smooth, qacc_warmstart)
     opt = model.opt
-    scale = 1.0 / (opt.meaninertia * max(1, model.nv))  # MuJoCo's tolerance scaling
+    isl = island.find(model, efc.J, efc.mask)
+    if opt.disabled("island") or model.constraints.nefc == 0:
+        scale = jnp.full((1,), 1.0 / (opt.meaninertia * max(1, model.nv)))  # MuJoCo's tolerance scaling
+    else:  # per island: 1 / its summed mass-matrix diagonal; unconstrained dofs take qacc_smooth
+        inertia = island.segment_sum(jnp.diagonal(M), isl.dof, isl)
+        scale = jnp.where(inertia > 0, 1.0 / jnp.where(inertia > 0, inertia, 1.0), 1.0)
+        qacc0 = jnp.where(isl.dof == isl.count, qacc_smooth, qacc0)
     minimize = functools.partial(
-        _minimize, kinds=kinds, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
+        _minimize, kinds=kinds, n_islands=isl.count, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
         tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance, early_exit=opt.grad_mode == "implicit",
-    )
+    )  # fmt: skip
     if opt.grad_mode == "implicit":
         residual = functools.partial(_residual, kinds=kinds)
         factorize = functools.partial(_factorize_hessian, kinds=kinds)
         minimize = implicit_solver(minimize, residual, factorize, linalg.cho_solve)
-        qacc0, scale = jax.lax.stop_gradient((qacc0, scale))
-    qacc, (count, converged) = minimize(problem, (qacc0, scale))
+        qacc0 = jax.lax.stop_gradient(qacc0)
+    qacc, (count, converged) = minimize(problem, (qacc0, jax.lax.stop_gradient(scale), isl.dof, isl.row))
     st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
     return Solution(qacc, st.force, efc.J.T @ st.force, count, converged)
 
@@ -290,81 +303,192 @@ def _minimize(
     start,
     *,
     kinds: RowKinds,
+    n_islands: int,
     iterations: int,
     ls_iterations: int,
     tolerance: float,
     ls_tolerance: float,
     early_exit: bool,
 ) -> tuple[Array, tuple[Array, Array]]:
-    """Newton iterations from start = (qacc0, tolerance scale); returns (qacc, (iterations used, converged)).
+    """mj_solPrimal's Newton loop, every island at once; returns (qacc, (iterations, converged)).
 
-    early_exit: a bounded `while_loop` that stops at convergence (vmapped, it runs until
-    every world has converged, finished worlds frozen); otherwise a `scan` of exactly
-    `iterations` steps with a converged mask, which reverse mode can differentiate.
+    start = (qacc0, per-island tolerance scale, island of each dof, island of each row).
+    Search direction p = -H^-1 grad (H is block diagonal over islands, so this is each
+    island's direction); each island takes its own step from MuJoCo's line search
+    (`_primal_search`) and stops when that finds no improvement, or when its scaled
+    improvement (if positive), gradient norm or Newton decrement 1/2 grad^T H^-1 grad
+    falls below the tolerance. Before the first step it stops when both its gradient and
+    decrement are below it (this implies MuJoCo's duality-gap certificate, which bounds
+    the decrement). Returns the most iterations any island used.
+
+    early_exit: a bounded `while_loop` that stops when every island has converged (vmapped,
+    finished worlds frozen); otherwise a `scan` of exactly `iterations` steps with
+    converged masks, which reverse mode can differentiate.
     """
-    qacc0, scale = start
+    qacc0, scale, dof_island, row_island = start
+    isl = island.Islands(dof_island, row_island, n_islands)
     M, qfrc_smooth, efc, friction = problem
     cone = _cone_data(efc, friction, kinds)
 
-    def newton_iteration(carry, _):
-        st, done, count = carry
+    def per_island(v):
+        return island.segment_sum(v, isl.dof, isl)
+
+    def direction(st: _State):
+        """Newton direction at st and each island's scaled decrement 1/2 grad^T H^-1 grad."""
         H = _hessian(M, efc, st.quad, st.middle, kinds, cone)
         p = -linalg.solve_spd(H, st.grad)
+        return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
+
+    def newton_iteration(carry, _):
+        st, p, done, count = carry
         Jp = efc.J @ p
-        gauss = (0.5 * st.qacc @ st.Ma - st.qacc @ qfrc_smooth, p @ (st.Ma - qfrc_smooth), p @ M @ p)
-        ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone)  # noqa: E731
-        start = ev(jnp.zeros((), st.qacc.dtype))
-        alpha, new_cost = _line_search(ev, start, ls_iterations, ls_tolerance, early_exit)
-        new = _state_at(st.qacc + alpha * p, problem, kinds, cone)
-        improvement = scale * (start.cost - new_cost)
-        gnorm = scale * jnp.sqrt(jnp.sum(new.grad**2))
-        converged = (improvement < tolerance) | (gnorm < tolerance)
-        st = jax.tree.map(lambda old, fresh: jnp.where(done, old, fresh), st, new)
-        return (st, done | converged, count + jnp.where(done, 0, 1)), None
+        gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * (M @ p)))
+        ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
+        snorm = jnp.sqrt(per_island(p**2))
+        alpha, ls_improvement = _primal_search(ev, snorm, tolerance * ls_tolerance * snorm / scale, ~done, ls_iterations, early_exit)
+        moved = ~done & (alpha != 0)  # MuJoCo stops an island without counting when its search finds nothing
+        new = _state_at(st.qacc + island.spread(jnp.where(moved, alpha, 0.0), isl.dof) * p, problem, kinds, cone)
+        p, decrement = direction(new)
+        improvement = scale * ls_improvement
+        gradient = scale * jnp.sqrt(per_island(new.grad**2))
+        converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient < tolerance) | (decrement < tolerance)
+        return (new, p, done | converged, count + moved.astype(count.dtype)), None
 
     st0 = _state_at(qacc0, problem, kinds, cone)
-    done0 = scale * jnp.sqrt(jnp.sum(st0.grad**2)) < tolerance
-    init = (st0, done0, jnp.zeros((), jnp.int32))
+    p0, decrement0 = direction(st0)
+    done0 = (scale * jnp.sqrt(per_island(st0.grad**2)) < tolerance) & (decrement0 < tolerance)
+    init = (st0, p0, done0, jnp.zeros(n_islands, jnp.int32))
     if early_exit:  # not differentiated (implicit mode): stop once converged, at most `iterations`
-        st, done, count = jax.lax.while_loop(
-            lambda c: ~c[1] & (c[2] < iterations), lambda c: newton_iteration(c, None)[0], init
+        st, _, done, count = jax.lax.while_loop(
+            lambda c: jnp.any(~c[2]) & (jnp.max(c[3]) < iterations), lambda c: newton_iteration(c, None)[0], init
         )
     else:
-        (st, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
-    return st.qacc, (count, done)
+        (st, _, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+    return st.qacc, (jnp.max(count), jnp.all(done))
 
 
-def _line_search(ev, start: _Eval, iterations: int, ls_tolerance: float, early_exit: bool):
-    """(alpha, cost at alpha). Exact 1-D minimization of a convex piecewise-smooth cost: bracketed Newton steps.
+class _Point(NamedTuple):
+    """A line-search point: step, cost(alpha) - cost(0), first and second derivative."""
 
-    Starts at alpha = 0 (d1 < 0 along a descent direction); each step jumps to the
-    minimum of the local quadratic model, falling back to bisection when that leaves
-    the bracket. Stops refining once |d1| <= ls_tolerance * |d1(0)|.
+    alpha: Array
+    cost: Array
+    d1: Array
+    d2: Array
+
+
+# phases of `_primal_search`: which point the next evaluation computes
+_P1, _ONE_SIDED, _P1NEXT, _MID, _B1NEXT, _B2NEXT, _DONE = range(7)
+
+
+class _Search(NamedTuple):
+    phase: Array
+    evals: Array  # cost evaluations so far (MuJoCo's LSiter)
+    direction: Array  # +1: the first Newton point still descends (d1 < 0), -1: it overshot
+    p1: _Point
+    p2: _Point
+    p1next: _Point
+    p2next: _Point
+    b2: Array  # the last midpoint round moved the p2 end too: its Newton point is still to evaluate
+    result: _Point
+
+
+def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool):
+    """(alpha, improvement = cost(0) - cost(alpha)): MuJoCo's PrimalSearch (engine_solver.c), step for step.
+
+    Every argument and result is per island (elementwise); `active` islands search.
+
+    From alpha = 0 one Newton step on the 1-D cost; Newton steps on that side while the
+    derivative keeps its sign (stop when |d1| < gtol with a decrease); then bracketed
+    rounds whose candidates are the Newton points of both bracket ends and their
+    midpoint, until a candidate has |d1| < gtol (the cheapest such), the brackets stop
+    moving (the midpoint) or `ls_iterations` evaluations are spent (the better bracket
+    end if it decreases the cost, else alpha = 0). The loop makes one evaluation per
+    step, so the cost is traced once.
     """
-    gtol = ls_tolerance * jnp.abs(start.d1)
-    dtype = start.cost.dtype
+    e0 = ev(jnp.zeros_like(gtol))
+    zero = jnp.zeros_like(e0.cost)
 
-    def body(carry, _):
-        alpha, cur, lo, hi, best, best_cost = carry
-        step = alpha - cur.d1 / jnp.maximum(cur.d2, _MINVAL)
-        outside = (step <= lo) | (step >= hi)
-        cand = jnp.where(outside, jnp.where(jnp.isfinite(hi), 0.5 * (lo + hi), 2 * jnp.maximum(step, lo) + 1), step)
-        done = jnp.abs(cur.d1) <= gtol
-        cand = jnp.where(done, alpha, cand)
-        new = ev(cand)
-        lo = jnp.where(done | (new.d1 > 0), lo, cand)
-        hi = jnp.where(~done & (new.d1 > 0), cand, hi)
-        better = new.cost < best_cost
-        best = jnp.where(better, cand, best)
-        best_cost = jnp.where(better, new.cost, best_cost)
-        return (cand, new, lo, hi, best, best_cost), None
+    def point(alpha, e) -> _Point:
+        return _Point(alpha, e.cost - e0.cost, e.d1, jnp.where(e.d2 > 0, e.d2, _MINVAL))  # MuJoCo's convexity guard
 
-    zero = jnp.zeros((), dtype)
-    init = (zero, start, zero, jnp.asarray(jnp.inf, dtype), zero, start.cost)
+    def newton(p: _Point):
+        return p.alpha - p.d1 / p.d2
+
+    def pick(pred, a, b):
+        return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
+    p0 = point(zero, e0)
+    nothing = _Point(zero, zero, zero, zero)
+
+    def out_of_evaluations(s: _Search) -> _Search:
+        """The bracket end with the lower cost if it decreases the cost, else no step."""
+        use1 = (s.p1.cost <= s.p2.cost) & (s.p1.cost < 0)
+        use2 = ~use1 & (s.p2.cost <= s.p1.cost) & (s.p2.cost < 0)
+        return s._replace(phase=_DONE, result=pick(use1, s.p1, pick(use2, s.p2, nothing)))
+
+    def next_round(s: _Search, more) -> _Search:
+        return pick(more, s._replace(phase=_MID), out_of_evaluations(s))
+
+    def update_bracket(p: _Point, candidates) -> tuple[_Point, Array]:
+        """updateBracket: move p to any candidate with a same-sign, smaller-magnitude derivative."""
+        moved = jnp.zeros((), bool)
+        for c in candidates:
+            closer = ((p.d1 < 0) & (c.d1 < 0) & (p.d1 < c.d1)) | ((p.d1 > 0) & (c.d1 > 0) & (p.d1 > c.d1))
+            p, moved = pick(closer, c, p), moved | closer
+        return p, moved
+
+    def step(s: _Search) -> _Search:
+        phase = s.phase
+        alpha = jnp.select(
+            [phase == _P1, phase == _MID, phase == _B2NEXT],
+            [newton(p0), 0.5 * (s.p1.alpha + s.p2.alpha), newton(s.p2)],
+            newton(s.p1),  # one-sided step, p1next, b1next
+        )
+        e = point(alpha, ev(alpha))
+        done, s = s, s._replace(evals=s.evals + 1)
+        more = s.evals < ls_iterations
+        small = jnp.abs(e.d1) < gtol
+
+        # the first Newton point or a one-sided step: converged, go on along this side, or bracket
+        first = phase == _P1
+        direction = jnp.where(first, jnp.where(e.d1 < 0, 1.0, -1.0), s.direction)
+        success = small & ((e.cost < 0) | (first & (e.alpha == 0)))
+        descend = (e.d1 * direction <= -gtol) & more
+        one_sided = s._replace(
+            phase=jnp.where(success | ~more, _DONE, jnp.where(descend, _ONE_SIDED, _P1NEXT)),
+            direction=direction, p1=e, p2=pick(first, p0, s.p1), p2next=e, result=e,
+        )  # fmt: skip
+
+        # a bracketed round: a converged candidate ends it, else both ends move toward the sign change
+        candidates = (s.p1next, s.p2next, e)
+        best, found = nothing, jnp.zeros((), bool)
+        for c in candidates:
+            take = (jnp.abs(c.d1) < gtol) & (~found | (c.cost < best.cost))
+            best, found = pick(take, c, best), found | take
+        p1, b1 = update_bracket(s.p1, candidates)
+        p2, b2 = update_bracket(s.p2, candidates)
+        midpoint = s._replace(
+            phase=jnp.where(found | (~b1 & ~b2), _DONE, jnp.where(b1, _B1NEXT, _B2NEXT)),
+            p1=p1, p2=p2, b2=b2, result=pick(found, best, e),
+        )  # fmt: skip
+
+        p1next = s._replace(p1next=e)
+        b1next = pick(s.b2, p1next._replace(phase=_B2NEXT), next_round(p1next, more))
+        b2next = next_round(s._replace(p2next=e), more)
+        out = b2next
+        for ph, branch in ((_P1, one_sided), (_ONE_SIDED, one_sided), (_P1NEXT, next_round(p1next, more)),
+                           (_MID, midpoint), (_B1NEXT, b1next)):  # fmt: skip
+            out = pick(phase == ph, branch, out)
+        out = pick(phase == _DONE, done, out)
+        return out._replace(phase=out.phase.astype(jnp.int32))
+
+    start = _Search(
+        jnp.where(active & (snorm >= _MINVAL), _P1, _DONE).astype(jnp.int32),  # a vanishing direction: no step
+        jnp.ones(zero.shape, jnp.int32), jnp.ones_like(zero), nothing, p0, nothing, nothing, jnp.zeros(zero.shape, bool), nothing,
+    )  # fmt: skip
+    bound = max(ls_iterations, 2) + 3  # evaluations: at most 2 past ls_iterations in a bracketed round
     if early_exit:
-        step = lambda c: (body(c[0], None)[0], c[1] + 1)  # noqa: E731
-        unfinished = lambda c: (jnp.abs(c[0][1].d1) > gtol) & (c[1] < max(1, iterations))  # noqa: E731
-        (_, _, _, _, best, best_cost), _ = jax.lax.while_loop(unfinished, step, (init, 0))
+        s = jax.lax.while_loop(lambda s: jnp.any((s.phase != _DONE) & (s.evals < bound)), step, start)
     else:
-        (_, _, _, _, best, best_cost), _ = jax.lax.scan(body, init, None, length=max(1, iterations))
-    return best, best_cost
+        s, _ = jax.lax.scan(lambda s, _: (step(s), None), start, None, length=bound)
+    return s.result.alpha, -s.result.cost

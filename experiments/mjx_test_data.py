@@ -1,0 +1,105 @@
+"""Every model in the `mujoco-mjx` package's test_data: does it load, and does it follow MuJoCo?
+
+For each MJCF file: load it with `jsn.from_mujoco` (or record the refusal and its
+reason), start from the first keyframe (else qpos0) with a random velocity and random
+controls, then step MuJoCo C and jaxsim_ncp side by side in float64 with the model's
+own options (solver iterations included: the MJX humanoids ship `iterations=1`), and
+report the largest qpos/qvel difference over the steps and the relative forward qacc
+difference at the start.
+
+    python experiments/mjx_test_data.py [--steps 100] [--only humanoid]
+
+Writes experiments/results/mjx_test_data.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import pathlib
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+
+import jaxsim_ncp as jsn  # noqa: E402
+
+TEST_DATA = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data"
+RESULTS = pathlib.Path(__file__).parent / "results"
+
+
+def compare(path: pathlib.Path, steps: int, seed: int = 0) -> dict:
+    row = {"model": str(path.relative_to(TEST_DATA))}
+    try:
+        m = mujoco.MjModel.from_xml_path(str(path))
+    except ValueError as err:
+        return row | {"status": "mujoco cannot compile", "detail": str(err).splitlines()[0]}
+    try:
+        model = jsn.from_mujoco(m)
+    except Exception as err:  # noqa: BLE001  (the refusal is the result)
+        return row | {"status": "refused", "detail": f"{type(err).__name__}: {err}"}
+    rng = np.random.default_rng(seed)
+    d = mujoco.MjData(m)
+    if m.nkey:
+        mujoco.mj_resetDataKeyframe(m, d, 0)
+    d.qvel[:] = 0.5 * rng.normal(size=m.nv)
+    ctrl = 0.3 * rng.normal(size=(steps, m.nu))
+    d.ctrl[:] = ctrl[0] if steps else 0
+    data = jsn.make_data(model).replace(
+        qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel), act=jnp.asarray(d.act), ctrl=jnp.asarray(d.ctrl)
+    )
+    if m.nmocap:
+        data = data.replace(mocap_pos=jnp.asarray(d.mocap_pos), mocap_quat=jnp.asarray(d.mocap_quat))
+    mujoco.mj_forward(m, d)
+    out = jax.jit(jsn.forward)(model, data)
+    qacc_err = float(np.max(np.abs(np.asarray(out.qacc) - d.qacc), initial=0) / max(1.0, np.max(np.abs(d.qacc), initial=0)))
+
+    @jax.jit
+    def states(data, ctrl):  # only qpos/qvel per step: a full Data per step does not fit for the big scenes
+        def body(dd, u):
+            dd = jsn.step(model, dd.replace(ctrl=u))
+            return dd, (dd.qpos, dd.qvel)
+
+        return jax.lax.scan(body, data, ctrl)[1]
+
+    qpos, qvel = states(data, jnp.asarray(ctrl))
+    err = []
+    for t in range(steps):
+        d.ctrl[:] = ctrl[t]
+        mujoco.mj_step(m, d)
+        err.append(max(np.max(np.abs(np.asarray(qpos[t]) - d.qpos)), np.max(np.abs(np.asarray(qvel[t]) - d.qvel), initial=0)))
+    return row | {
+        "status": "loaded", "nv": m.nv, "iterations": m.opt.iterations, "ls_iterations": m.opt.ls_iterations,
+        "qacc_rel_err": qacc_err, "max_state_err": float(max(err, default=0.0)),
+    }  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--only", default="", help="substring of the model path")
+    args = parser.parse_args()
+    rows = []
+    for path in sorted(TEST_DATA.rglob("*.xml")):
+        if args.only not in str(path):
+            continue
+        row = compare(path, args.steps)
+        rows.append(row)
+        print({k: (f"{v:.2e}" if isinstance(v, float) else v) for k, v in row.items()}, flush=True)
+        jax.clear_caches()
+    RESULTS.mkdir(exist_ok=True)
+    keys = ["model", "status", "nv", "iterations", "ls_iterations", "qacc_rel_err", "max_state_err", "detail"]
+    with open(RESULTS / "mjx_test_data.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+    loaded = [r for r in rows if r["status"] == "loaded"]
+    print(f"{len(loaded)} of {len(rows)} load; {sum(r['max_state_err'] <= 1e-6 for r in loaded)} follow MuJoCo to 1e-6 over {args.steps} steps")
+
+
+if __name__ == "__main__":
+    main()
