@@ -344,19 +344,19 @@ def _minimize(
         Jp = efc.J @ p
         gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * (M @ p)))
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
-        snorm = jnp.sqrt(per_island(p**2))
+        snorm = jax.lax.stop_gradient(jnp.sqrt(per_island(p**2)))
         alpha, ls_improvement = _primal_search(ev, snorm, tolerance * ls_tolerance * snorm / scale, ~done, ls_iterations, early_exit)
         moved = ~done & (alpha != 0)  # MuJoCo stops an island without counting when its search finds nothing
         new = _state_at(st.qacc + island.spread(jnp.where(moved, alpha, 0.0), isl.dof) * p, problem, kinds, cone)
         p, decrement = direction(new)
         improvement = scale * ls_improvement
-        gradient = scale * jnp.sqrt(per_island(new.grad**2))
+        gradient = scale * jnp.sqrt(per_island(jax.lax.stop_gradient(new.grad) ** 2))
         converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient < tolerance) | (decrement < tolerance)
         return (new, p, done | converged, count + moved.astype(count.dtype)), None
 
     st0 = _state_at(qacc0, problem, kinds, cone)
     p0, decrement0 = direction(st0)
-    done0 = (scale * jnp.sqrt(per_island(st0.grad**2)) < tolerance) & (decrement0 < tolerance)
+    done0 = (scale * jnp.sqrt(per_island(jax.lax.stop_gradient(st0.grad) ** 2)) < tolerance) & (decrement0 < tolerance)
     init = (st0, p0, done0, jnp.zeros(n_islands, jnp.int32))
     if early_exit:  # not differentiated (implicit mode): stop once converged, at most `iterations`
         st, _, done, count = jax.lax.while_loop(
@@ -418,7 +418,7 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
     p0 = point(zero, e0)
-    nothing = _Point(zero, zero, zero, zero)
+    nothing = _Point(zero, zero, zero, jnp.ones_like(zero))  # d2 = 1: its Newton point is finite
 
     def out_of_evaluations(s: _Search) -> _Search:
         """The bracket end with the lower cost if it decreases the cost, else no step."""
@@ -444,6 +444,7 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
             [newton(p0), 0.5 * (s.p1.alpha + s.p2.alpha), newton(s.p2)],
             newton(s.p1),  # one-sided step, p1next, b1next
         )
+        alpha = jnp.where(phase == _DONE, 0.0, alpha)  # finished: a harmless point (its result is discarded)
         e = point(alpha, ev(alpha))
         done, s = s, s._replace(evals=s.evals + 1)
         more = s.evals < ls_iterations
