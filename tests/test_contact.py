@@ -17,6 +17,7 @@ import pytest
 from conftest import OPTIMIZED
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp.solver import island
 
 HUMANOID = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
 
@@ -162,6 +163,13 @@ def _check_forward(m, d):
     np.testing.assert_allclose(force[other], d.efc_force[: len(other)], atol=1e-6 * fscale, rtol=0)
     for ours, theirs in _contact_rows(model, d, out):
         np.testing.assert_allclose(force[ours], d.efc_force[theirs], atol=1e-6 * fscale, rtol=0)
+    # constraint islands as mj_island numbers them (by their smallest tree), -1: unconstrained dof
+    found = island.find(model, out.efc_J, out.efc_mask)
+    dof = np.asarray(found.dof)
+    constrained = dof < found.count
+    ours = np.full(model.nv, -1)
+    ours[constrained] = np.searchsorted(np.unique(dof[constrained]), dof[constrained])
+    np.testing.assert_array_equal(ours, d.dof_island)
     return model
 
 
