@@ -1,4 +1,4 @@
-"""MuJoCo's reduced primal problem solved by exact Newton with an exact line search.
+"""MuJoCo's reduced primal problem solved as mj_solPrimal's Newton method does.
 
 Computation chapter, "Constraint solver" / "Newton": minimize over the acceleration a
 
@@ -8,12 +8,14 @@ where s is the soft-constraint penalty of each row: 1/2 D jar^2 for equality row
 for active one-sided rows (limits, frictionless and pyramidal contacts, jar < 0),
 Huber for friction loss, and the three-zone elliptic-cone penalty (top: 0; bottom:
 quadratic; middle: 1/2 D0/(mu^2 (1 + mu^2)) (N - mu T)^2). Each iteration solves
-(M + J^T H_s J) p = -grad with a Cholesky factorization and minimizes the convex,
-piecewise-smooth 1-D cost along p with safeguarded Newton steps. Iteration counts
-are static bounds and a per-world converged mask freezes finished solves, so the
-solver vmaps: with implicit gradients the loops are bounded `while_loop`s that stop
-at convergence (never differentiated); with unrolled gradients they are `scan`s of
-exactly `iterations` / `ls_iterations` steps.
+(M + J^T H_s J) p = -grad with a Cholesky factorization and searches along p with
+MuJoCo's line search (PrimalSearch), separately in each constraint island
+(`island.py`), so truncated solves (small `iterations`) follow MuJoCo's too.
+Iteration counts are static bounds and converged masks freeze finished islands and
+worlds, so the solver vmaps: with implicit gradients the loops are bounded
+`while_loop`s that stop at convergence (never differentiated); with unrolled
+gradients they are `scan`s of exactly `iterations` steps, each searching with a fixed
+number of evaluations.
 """
 
 from __future__ import annotations
@@ -446,7 +448,7 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         )
         alpha = jnp.where(phase == _DONE, 0.0, alpha)  # finished: a harmless point (its result is discarded)
         e = point(alpha, ev(alpha))
-        done, s = s, s._replace(evals=s.evals + 1)
+        unchanged, s = s, s._replace(evals=s.evals + 1)
         more = s.evals < ls_iterations
         small = jnp.abs(e.d1) < gtol
 
@@ -480,7 +482,7 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         for ph, branch in ((_P1, one_sided), (_ONE_SIDED, one_sided), (_P1NEXT, next_round(p1next, more)),
                            (_MID, midpoint), (_B1NEXT, b1next)):  # fmt: skip
             out = pick(phase == ph, branch, out)
-        out = pick(phase == _DONE, done, out)
+        out = pick(phase == _DONE, unchanged, out)
         return out._replace(phase=out.phase.astype(jnp.int32))
 
     start = _Search(
