@@ -71,7 +71,7 @@ def compare(path: pathlib.Path, steps: int, seed: int = 0) -> dict:
     for t in range(steps):
         d.ctrl[:] = ctrl[t]
         mujoco.mj_step(m, d)
-        err.append(max(np.max(np.abs(np.asarray(qpos[t]) - d.qpos)), np.max(np.abs(np.asarray(qvel[t]) - d.qvel), initial=0)))
+        err.append(max(np.max(np.abs(np.asarray(qpos[t]) - d.qpos), initial=0), np.max(np.abs(np.asarray(qvel[t]) - d.qvel), initial=0)))
     return row | {
         "status": "loaded", "nv": m.nv, "iterations": m.opt.iterations, "ls_iterations": m.opt.ls_iterations,
         "qacc_rel_err": qacc_err, "max_state_err": float(max(err, default=0.0)),
