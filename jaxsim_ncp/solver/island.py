@@ -34,11 +34,16 @@ class Islands(NamedTuple):
     count: int  # static number of island slots
 
 
+def monolithic(model: Model) -> bool:
+    """One island of everything: islands disabled (`<flag island="disable"/>`) or no rows at all."""
+    return model.opt.disabled("island") or model.constraints.nefc == 0
+
+
 def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"]) -> Islands:
-    """Islands of the rows present (mask), or one island of everything when islands are disabled."""
+    """Islands of the rows present (mask), or one island of everything (`monolithic`)."""
     layout, topo = model.constraints, model.topology
     nefc = layout.nefc
-    if model.opt.disabled("island") or nefc == 0:
+    if monolithic(model):
         return Islands(jnp.zeros(model.nv, jnp.int32), jnp.zeros(nefc, jnp.int32), 1)
     dof_tree = np.asarray(topo.dof_treeid, np.int64)
     ntree = int(dof_tree.max()) + 1
@@ -86,6 +91,15 @@ def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"]) -
     dof = tree_island[dof_tree]
     row = jnp.concatenate([other_label, contact_label]).astype(jnp.int32)
     return Islands(dof.astype(jnp.int32), row, ntree)
+
+
+def tolerance_scale(model: Model, M: Float[Array, "nv nv"], islands: Islands) -> Array:
+    """MuJoCo's solver scale per island: 1 / the island's summed mass-matrix diagonal, or
+    1 / (meaninertia nv) for the single monolithic problem."""
+    if monolithic(model):
+        return jnp.full((1,), 1.0 / (model.opt.meaninertia * max(1, model.nv)))
+    inertia = segment_sum(jnp.diagonal(M), islands.dof, islands)
+    return jnp.where(inertia > 0, 1.0 / jnp.where(inertia > 0, inertia, 1.0), 1.0)
 
 
 def segment_sum(values: Array, ids: Array, islands: Islands) -> Array:

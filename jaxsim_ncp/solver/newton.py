@@ -260,12 +260,8 @@ def solve(
     qacc0 = jnp.where(cost_ws > cost_sm, qacc_smooth, qacc_warmstart)
     opt = model.opt
     isl = island.find(model, efc.J, efc.mask)
-    if opt.disabled("island") or model.constraints.nefc == 0:
-        scale = jnp.full((1,), 1.0 / (opt.meaninertia * max(1, model.nv)))  # MuJoCo's tolerance scaling
-    else:  # per island: 1 / its summed mass-matrix diagonal; unconstrained dofs take qacc_smooth
-        inertia = island.segment_sum(jnp.diagonal(M), isl.dof, isl)
-        scale = jnp.where(inertia > 0, 1.0 / jnp.where(inertia > 0, inertia, 1.0), 1.0)
-        qacc0 = jnp.where(isl.dof == isl.count, qacc_smooth, qacc0)
+    scale = island.tolerance_scale(model, M, isl)
+    qacc0 = jnp.where(isl.dof == isl.count, qacc_smooth, qacc0)  # unconstrained dofs (islands only)
     minimize = functools.partial(
         _minimize, kinds=kinds, n_islands=isl.count, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
         tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance, early_exit=opt.grad_mode == "implicit",
