@@ -55,7 +55,8 @@ def _constraint_solve(model: Model, data: Data) -> Data:
     efc = constraint.make_efc(model, data)
     sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc, data.contact.friction)
     if model.opt.cfd is not None and layout.ncon:
-        sol = _newton_cfd(model, data, sol)
+        sol, cfd_contact = _newton_cfd(model, data, sol)
+        data = data.replace(contact=data.contact.replace(overflow=data.contact.overflow | cfd_contact.overflow))
     # MuJoCo's scaled gradient norm of the Newton cost at the solution: |M a - f - J^T force| / (meaninertia nv)
     gradient = data.qM @ sol.qacc - data.qfrc_smooth - sol.qfrc_constraint
     return data.replace(
@@ -76,9 +77,10 @@ def _constraint_solve(model: Model, data: Data) -> Data:
     )
 
 
-def _newton_cfd(model: Model, data: Data, sol: newton.Solution) -> newton.Solution:
+def _newton_cfd(model: Model, data: Data, sol: newton.Solution):
     """Contacts from distance (cfd.py): solve again with contacts out to `cfd.width`, and keep
-    `sol`'s values with that solve's derivative (straight-through, DiffMJX eq. S8)."""
+    `sol`'s values with that solve's derivative (straight-through, DiffMJX eq. S8). Returns
+    the solution and the wider contact set."""
     cfd = model.opt.cfd
     reach = jnp.full((model.ngeom,), 0.5 * cfd.width, data.qpos.dtype)  # a pair's reach adds both geoms'
     d = data.replace(contact=collide(model, data, reach))
@@ -87,7 +89,7 @@ def _newton_cfd(model: Model, data: Data, sol: newton.Solution) -> newton.Soluti
     return sol._replace(
         qacc=cfd_lib.straight_through(sol.qacc, soft.qacc),
         qfrc_constraint=cfd_lib.straight_through(sol.qfrc_constraint, soft.qfrc_constraint),
-    )
+    ), d.contact
 
 
 def _lookahead(model: Model, data: Data, length: jax.Array):
@@ -198,8 +200,9 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         # contacts from distance (cfd.py): the gradient comes from one more solve in which every
         # unit within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =
         # kappa_grad: a push that decays with the gap), differentiated exactly (straight-through)
-        reach = geom_reach + 0.5 * opt.cfd.width
-        soft = solve(constraint.unit_rows(model, data.replace(contact=collide(model, data, reach)), limit_reach), kappa=kappa_grad)
+        wide = collide(model, data, geom_reach + 0.5 * opt.cfd.width)
+        soft = solve(constraint.unit_rows(model, data.replace(contact=wide), limit_reach), kappa=kappa_grad)
+        contact = contact.replace(overflow=contact.overflow | wide.overflow)
         sol = sol._replace(**{k: cfd_lib.straight_through(getattr(sol, k), getattr(soft, k)) for k in ("qvel", "impulse", "impulse_e")})
     impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
@@ -287,6 +290,7 @@ def step(model: Model, data: Data) -> Data:
         _bad(data.qacc, maxval),
         ~data.solver_converged,
         ~completed,
+        data.contact.overflow,
     ])  # fmt: skip
     fired = fired & ~data.diverged  # a frozen world checks nothing more
     warning = data.warning + fired.astype(jnp.int32)

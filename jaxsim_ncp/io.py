@@ -83,6 +83,7 @@ def from_mujoco(
     ncp_passes: int = 2,
     ncp_early_exit: bool = True,
     cfd: CFD | None = None,
+    max_geom_pairs: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     max_steps: int | None = None,
@@ -127,6 +128,10 @@ def from_mujoco(
         raise TypeError(f"cfd must be a jaxsim_ncp.CFD (e.g. CFD(width=0.1)) or None, got {cfd!r}")
     if int(ncp_passes) < 1:
         raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
+    if max_geom_pairs is None:
+        max_geom_pairs = _custom_numeric(m, "max_geom_pairs")
+    if max_geom_pairs is not None and (int(max_geom_pairs) != max_geom_pairs or max_geom_pairs < 1):
+        raise ValueError(f"max_geom_pairs must be a positive integer or None (no limit), got {max_geom_pairs!r}")
     if kappa_grad < kappa:
         raise ValueError(f"kappa_grad ({kappa_grad}) must be >= kappa ({kappa}): gradients cannot be harder than the forward pass")
     adaptive_overrides = dict(rtol=rtol, atol=atol, max_steps=max_steps, ode_solver=ode_solver,
@@ -173,6 +178,7 @@ def from_mujoco(
         ncp_passes=int(ncp_passes),
         ncp_early_exit=bool(ncp_early_exit),
         cfd=cfd,
+        max_geom_pairs=None if max_geom_pairs is None else int(max_geom_pairs),
         adaptive=adaptive_settings,
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
@@ -467,6 +473,15 @@ def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
         for attr in ("delay", "interval", "history"):
             if np.any(np.asarray(getattr(m, f"sensor_{attr}"))[i] != 0):
                 unsupported(f"sensor {sname!r}/{attr}")
+
+
+def _custom_numeric(m: mujoco.MjModel, name: str) -> int | None:
+    """An MJX-style <custom><numeric name=... data="n"/> setting; None when absent or <= 0 (MJX: -1, no limit)."""
+    i = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_NUMERIC, name)
+    if i < 0:
+        return None
+    value = float(m.numeric_data[m.numeric_adr[i]])
+    return int(value) if value > 0 else None
 
 
 def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, int, int]]:

@@ -62,6 +62,7 @@ class WarningKind(IntEnum):
     BAD_QACC = 3
     SOLVER = 4  # the constraint solver stopped at its iteration limit without converging
     INTEGRATOR = 5  # the adaptive integrator hit max_steps before the end of the step (the world diverges)
+    CONTACTFULL = 6  # more candidate geom pairs than opt.max_geom_pairs: the farthest were not collided
 
 
 NWARNING = len(WarningKind)
@@ -373,6 +374,7 @@ class Option(eqx.Module):
     ncp_passes: int = eqx.field(static=True, default=2)  # NCP: solves per step (re-linearized where one penetrates)
     ncp_early_exit: bool = eqx.field(static=True, default=True)  # NCP: stop iterating once every world converged
     cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)
+    max_geom_pairs: int | None = eqx.field(static=True, default=None)  # narrow-phase capacity per pair group
     adaptive: Any = eqx.field(static=True, default=None)  # integrate.adaptive.Adaptive with integrator="adaptive"
 
     def disabled(self, flag: str) -> bool:
@@ -494,6 +496,7 @@ class Contact(eqx.Module):
     solreffriction: Float[Array, "ncon 2"]
     solimp: Float[Array, "ncon 5"]
     mask: Bool[Array, " ncon"]
+    overflow: Bool[Array, ""]  # the broad phase found more candidate pairs than opt.max_geom_pairs
 
     def replace(self, **changes) -> "Contact":
         return dataclasses.replace(self, **changes)
@@ -511,6 +514,7 @@ def empty_contact(ncon: int, dtype) -> Contact:
         solreffriction=z(ncon, 2),
         solimp=z(ncon, 5),
         mask=jnp.zeros((ncon,), bool),
+        overflow=jnp.zeros((), bool),
     )
 
 

@@ -10,7 +10,8 @@ import pytest
 import jaxsim_ncp as jsn
 from jaxsim_ncp import linalg
 
-# a free box and a capsule on a plane, a motor-driven hinge pendulum: contacts, a limit, ctrl
+# a free box and a capsule on a plane, a motor-driven hinge pendulum, two balls far from them:
+# contacts, a limit, ctrl
 SCENE = """
 <mujoco>
   <option timestep="0.005"/>
@@ -23,15 +24,19 @@ SCENE = """
       <joint name="swing" type="hinge" axis="0 1 0" range="-1 1" limited="true" damping="0.05"/>
       <geom name="rod" type="capsule" fromto="0 0 0 0 0 -0.3" size="0.03" contype="0" conaffinity="0"/>
     </body>
+    <body name="ball_a" pos="2 0 0.05"><freejoint/><geom name="ball_a" size="0.05"/></body>
+    <body name="ball_b" pos="2 1 1"><freejoint/><geom name="ball_b" size="0.05"/></body>
   </worldbody>
   <actuator><motor name="drive" joint="swing" gear="2"/></actuator>
 </mujoco>
 """
+BALL_B_Z = 7 + 7 + 1 + 7 + 2  # qpos index of ball_b's height (box, capsule: 7 each, swing 1, ball_a 7)
 
 
 @pytest.fixture(scope="module")
 def scene():
-    return jsn.load_mjcf(SCENE, iterations=20, ls_iterations=20, maxval=1e4)
+    # capacity: one pair per narrow-phase function; only ball_a meets the floor in a clean world
+    return jsn.load_mjcf(SCENE, iterations=20, ls_iterations=20, maxval=1e4, max_geom_pairs=1)
 
 
 def _custom_calls(text: str) -> list[str]:
@@ -121,7 +126,7 @@ BAD_PARAMETERS = [
     (lambda m: m.actuator_gear, lambda m: m.actuator_gear.at[0, 0].set(jnp.nan), 'actuator_gear of actuator "drive": non-finite'),
     (lambda m: m.opt.timestep, lambda m: jnp.asarray(0.0), "opt.timestep: must be positive"),
     (lambda m: m.opt.gravity, lambda m: m.opt.gravity.at[2].set(jnp.nan), "opt.gravity.*non-finite"),
-    (lambda m: m.geom_size, lambda m: m.geom_size[:2], r"geom_size has shape \(2, 3\), expected \(4, 3\)"),
+    (lambda m: m.geom_size, lambda m: m.geom_size[:2], r"geom_size has shape \(2, 3\), expected \(6, 3\)"),
 ]
 
 
@@ -147,24 +152,29 @@ def test_load_time_overrides_are_validated():
 
 
 def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_deterministic(scene):
-    """64 worlds: one NaN control, one exploding under a huge applied force; the other 62 are
-    bit-identical to a clean run of the same program, and repeated runs are bit-identical."""
+    """64 worlds: one NaN control, one exploding under a huge applied force, one with more
+    candidate pairs than the contact capacity; the other 61 are bit-identical to a clean run
+    of the same program, and repeated runs are bit-identical."""
     model = scene
     data = jsn.make_data(model)
     worlds, steps = 64, 30
     rng = np.random.default_rng(1)
-    qvel = jnp.asarray(rng.normal(scale=0.5, size=(worlds, model.nv)))
+    qpos = jnp.broadcast_to(model.qpos0, (worlds, model.nq))
+    qvel = jnp.asarray(rng.normal(scale=0.5, size=(worlds, model.nv))).at[:, 13:].set(0.0)  # the balls start at rest
     ctrl = jnp.asarray(rng.uniform(-1, 1, size=(worlds, steps, model.nu)))
     force = jnp.zeros((worlds, model.nv))
-    run = jax.jit(jax.vmap(lambda v, u, f: jsn.rollout(model, data.replace(qvel=v, qfrc_applied=f), u)[1]))
-    clean = run(qvel, ctrl, force)
-    again = run(qvel, ctrl, force)
+    run = jax.jit(jax.vmap(lambda q, v, u, f: jsn.rollout(model, data.replace(qpos=q, qvel=v, qfrc_applied=f), u)[1]))
+    clean = run(qpos, qvel, ctrl, force)
+    again = run(qpos, qvel, ctrl, force)
     for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(again)):
         np.testing.assert_array_equal(a, b)
 
-    nan_world, exploding_world = 5, 40
-    dirty = run(qvel, ctrl.at[nan_world, 7, 0].set(jnp.nan), force.at[exploding_world, 0].set(1e9))
-    others = np.setdiff1d(np.arange(worlds), [nan_world, exploding_world])
+    nan_world, exploding_world, full_world = 5, 40, 51
+    dirty = run(
+        qpos.at[full_world, BALL_B_Z].set(0.05),  # ball_b on the floor too: two plane-sphere candidates, capacity 1
+        qvel, ctrl.at[nan_world, 7, 0].set(jnp.nan), force.at[exploding_world, 0].set(1e9),
+    )  # fmt: skip
+    others = np.setdiff1d(np.arange(worlds), [nan_world, exploding_world, full_world])
     for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(dirty)):
         np.testing.assert_array_equal(np.asarray(a)[others], np.asarray(b)[others])
     assert not np.any(np.asarray(clean.diverged))
@@ -176,7 +186,9 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
     assert warning[nan_world, jsn.WarningKind.BAD_INPUT] == 1
     assert when[nan_world, jsn.WarningKind.BAD_INPUT] == pytest.approx(7 * 0.005)
     assert warning[exploding_world, jsn.WarningKind.BAD_QVEL] == 1
+    assert warning[full_world, jsn.WarningKind.CONTACTFULL] == steps and when[full_world, jsn.WarningKind.CONTACTFULL] == 0
     assert np.all(warning[others, : jsn.WarningKind.SOLVER] == 0)
+    assert np.all(warning[np.r_[others, nan_world, exploding_world], jsn.WarningKind.CONTACTFULL] == 0)
     # the diverged worlds keep their last good state, finite
     assert np.all(np.isfinite(np.asarray(dirty.qpos)))
     np.testing.assert_array_equal(dirty.qpos[nan_world, 7], dirty.qpos[nan_world, 6])

@@ -7,6 +7,15 @@ slots hold a contact. Contact parameters follow MuJoCo's mixing rules (Modeling
 chapter, "Contact parameters"): explicit <pair> values, else the higher-priority
 geom's, else max friction and condim and solmix-weighted solref/solimp.
 
+Capacity (`opt.max_geom_pairs`, MJX's option of that name): when set, each group's
+narrow phase runs on at most that many pairs per step, chosen by a broad phase (a pair
+is a candidate when the world-axis-aligned bounding boxes of its geoms, or a plane and
+the other geom's box, are within the pair's reach; the closest candidates are kept). Results
+go back into the pair's static slots, so the contact array keeps its layout. When a
+world has more candidates than capacity, the farthest are dropped and
+`Contact.overflow` is set (`step` counts it as WarningKind.CONTACTFULL): never a silent
+drop.
+
 Margins and gaps (MuJoCo 4 semantics, checked against mj_forward): a pair's margin
 and gap are the sums of its geoms' (or the <pair>'s own); the narrow phase reports
 contacts closer than margin + gap, and only those closer than margin
@@ -23,7 +32,9 @@ import numpy as np
 
 from ..types import Contact, Data, Model, PairGroup, empty_contact
 from . import box, convex, multiccd, primitives
-from .base import GeomFrame
+from .base import Collision, GeomFrame
+
+PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = 0, 2, 3, 4, 5, 6  # mjtGeom
 
 # (type1, type2) -> (narrow-phase function, contact slots per pair), type1 <= type2
 FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS, **multiccd.FUNCTIONS}
@@ -88,7 +99,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
     closer than margin + gap + lookahead[g1] + lookahead[g2]); the hard-contact solver
     uses it to see contacts the step can reach. includemargin is unchanged.
     """
-    parts = []
+    parts, overflow = [], jnp.zeros((), bool)
     for group in model.constraints.groups:
         fn, n_slots = FUNCTIONS[group.types]
         if model.opt.disabled("multiccd") and group.types in multiccd.FUNCTIONS:
@@ -97,13 +108,17 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
             fn = functools.partial(fn, smoothing=model.opt.collision_smoothing)
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
         friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
-        frame = lambda g: GeomFrame(data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g])  # noqa: E731
         reach = margin + gap if lookahead is None else margin + gap + lookahead[g1] + lookahead[g2]
-        col = jax.vmap(fn)(frame(g1), frame(g2), reach)
+        capacity = model.opt.max_geom_pairs
+        if capacity is not None and capacity < len(g1):
+            col, full = _narrow_phase_culled(fn, model, data, group.types, g1, g2, reach, capacity)
+            overflow = overflow | full
+        else:
+            col = jax.vmap(fn)(_frames(model, data, g1), _frames(model, data, g2), reach)
         rep = lambda a: jnp.repeat(a, n_slots, axis=0)  # noqa: E731
         mask = col.valid.reshape(-1)
         parts.append(
-            Contact(
+            dict(
                 dist=jnp.where(mask, col.dist.reshape(-1), 0.0),
                 pos=col.pos.reshape(-1, 3),
                 frame=col.frame.reshape(-1, 3, 3),
@@ -117,4 +132,57 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
         )
     if not parts:
         return empty_contact(0, model.dtype)
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs), *parts)
+    return Contact(**{k: jnp.concatenate([p[k] for p in parts]) for k in parts[0]}, overflow=overflow)
+
+
+def _frames(model: Model, data: Data, geoms) -> GeomFrame:
+    return GeomFrame(data.geom_xpos[geoms], data.geom_xmat[geoms], model.geom_size[geoms])
+
+
+def _half_extents(geom_type: int, mat: jax.Array, size: jax.Array) -> jax.Array:
+    """Half-widths (n, 3) of the geoms' world-axis-aligned bounding boxes, from the current
+    sizes (so they follow a size changed at run time)."""
+    axis = jnp.abs(mat[..., 2])  # |z axis| components: the length direction of capsules and cylinders
+    if geom_type == SPHERE:
+        return jnp.broadcast_to(size[..., :1], axis.shape)
+    if geom_type == CAPSULE:
+        return axis * size[..., 1:2] + size[..., :1]
+    if geom_type == CYLINDER:
+        return axis * size[..., 1:2] + size[..., :1] * jnp.sqrt(jnp.maximum(0.0, 1 - axis**2))
+    if geom_type == BOX:
+        return jnp.einsum("nij,nj->ni", jnp.abs(mat), size)
+    return jnp.sqrt(jnp.einsum("nij,nj->ni", mat**2, size**2))  # ellipsoid
+
+
+def broad_phase_distance(model: Model, data: Data, types: tuple[int, int], g1: np.ndarray, g2: np.ndarray):
+    """A lower bound on each pair's distance (MuJoCo's broad phase): the gap between their
+    world-axis-aligned bounding boxes along the most separating axis, or, against a plane
+    (infinite, as MuJoCo collides it), the height of the other's box above the plane."""
+    x1, x2 = data.geom_xpos[g1], data.geom_xpos[g2]
+    mat2 = data.geom_xmat[g2]
+    e2 = _half_extents(types[1], mat2, model.geom_size[g2])
+    if types[0] == PLANE:
+        normal = data.geom_xmat[g1][:, :, 2]
+        return jnp.sum(normal * (x2 - x1), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
+    e1 = _half_extents(types[0], data.geom_xmat[g1], model.geom_size[g1])
+    return jnp.max(jnp.abs(x2 - x1) - e1 - e2, axis=-1)
+
+
+def _narrow_phase_culled(fn, model: Model, data: Data, types, g1, g2, reach, capacity: int):
+    """Narrow phase on the `capacity` pairs closest by the broad phase; (collisions in every
+    pair's slots, more candidates than capacity). Pairs left out report no contact."""
+    distance = jax.lax.stop_gradient(broad_phase_distance(model, data, types, g1, g2) - reach)
+    candidates = distance <= 0
+    _, chosen = jax.lax.top_k(-jnp.where(jnp.isnan(distance), jnp.inf, distance), capacity)
+    chosen_g1, chosen_g2 = jnp.asarray(g1)[chosen], jnp.asarray(g2)[chosen]
+    col = jax.vmap(fn)(_frames(model, data, chosen_g1), _frames(model, data, chosen_g2), reach[chosen])
+    n_slots = col.valid.shape[1]
+    dtype = col.dist.dtype
+    empty = Collision(
+        dist=jnp.zeros((len(g1), n_slots), dtype),
+        pos=jnp.zeros((len(g1), n_slots, 3), dtype),
+        frame=jnp.broadcast_to(jnp.eye(3, dtype=dtype), (len(g1), n_slots, 3, 3)),
+        valid=jnp.zeros((len(g1), n_slots), bool),
+    )
+    col = jax.tree.map(lambda full, part: full.at[chosen].set(part), empty, col)
+    return col, jnp.sum(candidates) > capacity

@@ -1,0 +1,117 @@
+"""Contact capacity (`max_geom_pairs`): the broad phase that picks which pairs the narrow
+phase sees, its overflow flag, and that within capacity nothing changes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxsim_ncp as jsn
+from jaxsim_ncp import math, smooth
+from jaxsim_ncp.collision import collide, driver
+
+# spheres and capsules crowded over a plane: several pairs per narrow-phase function
+rng = np.random.default_rng(3)
+BODIES = "".join(
+    f'<body pos="{x:.3f} {y:.3f} {z:.3f}" euler="{a:.0f} {b:.0f} 0"><freejoint/>'
+    + (f'<geom type="sphere" size="{r:.3f}"/>' if i % 2 else f'<geom type="capsule" size="{r:.3f} 0.06"/>')
+    + "</body>"
+    for i, (x, y, z, a, b, r) in enumerate(
+        zip(*rng.uniform([-0.2, -0.2, 0.0, 0, 0, 0.03], [0.2, 0.2, 0.25, 180, 180, 0.08], size=(8, 6)).T)
+    )
+)
+CROWD = f'<mujoco><worldbody><geom type="plane" size="2 2 0.1"/>{BODIES}</worldbody></mujoco>'
+
+
+def _contacts(model):
+    data = jsn.make_data(model)
+    run = jax.jit(lambda q: collide(model, smooth.kinematics(model, data.replace(qpos=q))))
+    depth = jax.jit(jax.grad(lambda q: jnp.sum(jnp.where((c := run(q)).mask, jnp.sin(c.dist), 0.0))))
+    return run(model.qpos0), depth(model.qpos0)
+
+
+def _present(contact):
+    """The contact array with the slots that hold no contact zeroed (their geometry is arbitrary)."""
+    keep = lambda x: np.where(np.asarray(contact.mask).reshape((-1,) + (1,) * (x.ndim - 1)), x, 0)  # noqa: E731
+    return contact.replace(pos=keep(contact.pos), frame=keep(contact.frame))
+
+
+def _candidates_per_group(model):
+    data = smooth.kinematics(model, jsn.make_data(model))
+    counts, distances = [], []
+    for group in model.constraints.groups:
+        g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
+        reach = model.geom_margin[g1] + model.geom_margin[g2] + model.geom_gap[g1] + model.geom_gap[g2]
+        d = np.asarray(driver.broad_phase_distance(model, data, group.types, g1, g2) - reach)
+        counts.append(int(np.sum(d <= 0)))
+        distances.append(d)
+    return counts, distances
+
+
+def test_capacity_changes_nothing_when_it_suffices_and_flags_overflow_when_it_does_not():
+    full = jsn.load_mjcf(CROWD)
+    counts, distances = _candidates_per_group(full)
+    assert max(counts) >= 3 and max(len(g.geom1) for g in full.constraints.groups) > max(counts)
+    reference, reference_grad = _contacts(full)
+    assert int(reference.mask.sum()) >= 4 and not bool(reference.overflow)
+
+    # capacity = the most candidates of any group: every pair that can touch is collided
+    enough, enough_grad = _contacts(jsn.load_mjcf(CROWD, max_geom_pairs=max(counts)))
+    assert not bool(enough.overflow)
+    np.testing.assert_array_equal(enough.mask, reference.mask)
+    for a, b in zip(jax.tree.leaves(_present(reference)), jax.tree.leaves(_present(enough))):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)  # the same function, batched differently
+    np.testing.assert_allclose(enough_grad, reference_grad, rtol=1e-12, atol=1e-14)
+
+    # one pair less: the world is flagged; what is kept is the closest pairs, unchanged
+    short, _ = _contacts(jsn.load_mjcf(CROWD, max_geom_pairs=max(counts) - 1))
+    assert bool(short.overflow)
+    kept, mask = np.asarray(short.mask), np.asarray(reference.mask)
+    assert np.all(mask[kept])  # a subset of the contacts (dropped candidates need not have touched)
+    np.testing.assert_allclose(np.asarray(short.dist)[kept], np.asarray(reference.dist)[kept], rtol=1e-12, atol=1e-14)
+    start = 0
+    for group, d in zip(full.constraints.groups, distances):
+        n_slots = driver.FUNCTIONS[group.types][1]
+        pair_kept = kept[start : start + len(d) * n_slots].reshape(len(d), n_slots).any(axis=1)
+        if len(d) > max(counts) - 1 and pair_kept.any():  # a culled group keeps only its closest pairs
+            assert d[pair_kept].max() <= np.sort(d)[max(counts) - 2]
+        start += len(d) * n_slots
+
+
+def test_load_rejects_a_bad_capacity_and_reads_mjx_custom_numeric():
+    with pytest.raises(ValueError, match="max_geom_pairs"):
+        jsn.load_mjcf(CROWD, max_geom_pairs=0)
+    custom = CROWD.replace("<worldbody>", '<custom><numeric name="max_geom_pairs" data="5"/></custom><worldbody>')
+    assert jsn.load_mjcf(custom).opt.max_geom_pairs == 5
+    assert jsn.load_mjcf(custom, max_geom_pairs=7).opt.max_geom_pairs == 7
+    assert jsn.load_mjcf(custom.replace('data="5"', 'data="-1"')).opt.max_geom_pairs is None
+
+
+def _surface_points(kind: int, size: np.ndarray, n: int = 4000) -> np.ndarray:
+    """Points on (or, for the box, at the corners and on the faces of) a geom, in its frame."""
+    u = rng.normal(size=(n, 3))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    if kind == driver.SPHERE:
+        return size[0] * u
+    if kind == driver.CAPSULE:
+        return size[0] * u + np.c_[np.zeros((n, 2)), np.sign(u[:, 2]) * size[1]]
+    if kind == driver.ELLIPSOID:
+        return size * u
+    if kind == driver.CYLINDER:
+        rim = size[0] * u[:, :2] / np.linalg.norm(u[:, :2], axis=1, keepdims=True)
+        return np.c_[rim, rng.choice([-1, 1], size=n) * size[1]]
+    corners = np.array(np.meshgrid([-1, 1], [-1, 1], [-1, 1])).reshape(3, -1).T
+    return np.r_[corners, np.clip(1.5 * u, -1, 1)] * size
+
+
+@pytest.mark.parametrize("kind", [driver.SPHERE, driver.CAPSULE, driver.ELLIPSOID, driver.CYLINDER, driver.BOX])
+def test_bounding_boxes_hold_the_geom_and_are_tight(kind):
+    for _ in range(5):
+        q = rng.normal(size=4)
+        mat = np.asarray(math.quat_to_mat(jnp.asarray(q / np.linalg.norm(q))))
+        size = rng.uniform(0.01, 0.3, size=3)
+        points = _surface_points(kind, size) @ mat.T
+        extent = np.asarray(driver._half_extents(kind, jnp.asarray(mat)[None], jnp.asarray(size)[None]))[0]
+        reach = np.abs(points).max(axis=0)
+        assert np.all(reach <= extent * (1 + 1e-12))
+        assert np.all(reach >= 0.97 * extent)  # tight: the farthest sampled point nearly reaches it
