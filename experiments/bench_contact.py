@@ -90,7 +90,7 @@ def package_version(name: str) -> str:
 
 import numpy as np
 
-MODELS = ("humanoid", "humanoid_it10", "pile")
+MODELS = ("humanoid", "humanoid_it10", "pile", "pile_capped")
 SIMS = ("ours", "mjx")
 _MSG = "@@bench_contact@@ "  # prefix of the JSON lines a worker sends to the driver
 
@@ -104,8 +104,11 @@ def humanoid_path() -> pathlib.Path:
     return pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
 
 
-def pile_xml(nx: int = 5, ny: int = 5, nz: int = 4, half: float = 0.05, sink: float = 0.0005, gap: float = 0.002) -> str:
-    """nx*ny*nz free cubes stacked on a plane; layers overlap by `sink`, columns `gap` apart."""
+def pile_xml(nx: int = 5, ny: int = 5, nz: int = 4, half: float = 0.05, sink: float = 0.0005, gap: float = 0.002,
+             max_geom_pairs: int | None = None) -> str:
+    """nx*ny*nz free cubes stacked on a plane; layers overlap by `sink`, columns `gap` apart;
+    `max_geom_pairs`: the contact capacity per narrow-phase function (MJX's custom numeric,
+    read by both simulators)."""
     bodies = []
     pitch = 2 * half + gap
     for k in range(nz):
@@ -118,7 +121,9 @@ def pile_xml(nx: int = 5, ny: int = 5, nz: int = 4, half: float = 0.05, sink: fl
                     f'<freejoint/><geom type="box" size="{half} {half} {half}"/></body>'
                 )
     body_xml = "\n".join(bodies)
+    custom = f'<custom><numeric name="max_geom_pairs" data="{max_geom_pairs}"/></custom>' if max_geom_pairs else ""
     return f"""<mujoco model="cube_pile">
+  {custom}
   <option timestep="0.005" iterations="4" ls_iterations="8" cone="pyramidal"/>
   <worldbody>
     <geom name="floor" type="plane" size="5 5 0.1"/>
@@ -138,8 +143,8 @@ def load_model(name: str):
             m.opt.iterations = 10
         key = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "squat")
         return m, np.array(m.key_qpos[key]), 0.1, 1.0
-    if name == "pile":
-        m = mujoco.MjModel.from_xml_string(pile_xml())
+    if name in ("pile", "pile_capped"):  # capped: 400 box-box pairs (of 4950) reach the narrow phase
+        m = mujoco.MjModel.from_xml_string(pile_xml(max_geom_pairs=400 if name == "pile_capped" else None))
         return m, np.array(m.qpos0), 0.05, 0.0
     raise ValueError(f"unknown model {name!r} (choose from {MODELS})")
 
@@ -385,7 +390,7 @@ def _fmt(x: float, spec: str) -> str:
 
 
 def bench_model(args, name: str, tmp: str) -> None:
-    steps = args.pile_steps if (name == "pile" and args.pile_steps) else args.steps
+    steps = args.pile_steps if (name.startswith("pile") and args.pile_steps) else args.steps
     print(f"\n== {name}: T={steps} {args.dtype}\n   {describe(name)}", flush=True)
     runner = run_in_process if args.in_process else run_isolated
     results: dict[tuple[str, int], Outcome] = {}

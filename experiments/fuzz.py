@@ -11,7 +11,8 @@ per structure, not per scene.
 Both solvers are fuzzed: 30% of the structures (``--ncp-fraction``) use the hard-contact
 NCP (``solver="ncp"``, in the settings it supports), the rest MuJoCo's soft Newton solver,
 10% of those with the adaptive integrator (``--adaptive-fraction``); 20% of all structures
-add contacts from distance (``--cfd-fraction``, a random width).
+add contacts from distance (``--cfd-fraction``, a random width), 10% get a small contact
+capacity (``--capped-fraction``, ``max_geom_pairs`` 1 or 2).
 
 Checked per scene: every state of the rollout and the gradient of a rollout loss with
 respect to the initial velocity and the geom frictions are finite; the solver and
@@ -56,6 +57,7 @@ class Structure:
     grad_mode: str = "implicit"
     solver: str = "newton"  # or "ncp" (hard contact: elliptic cones, condim 1/3, euler/implicitfast, implicit gradients)
     cfd_width: float = 0.0  # > 0: contacts from distance (gradient only) out to this width
+    max_geom_pairs: int | None = None  # contact capacity per narrow-phase function (None: every pair)
 
 
 def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
@@ -153,6 +155,7 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
                 mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,
                 ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, solver=structure.solver, dtype=dtype,
                 cfd=jsn.CFD(width=structure.cfd_width) if structure.cfd_width > 0 else None,
+                max_geom_pairs=structure.max_geom_pairs,
             )
         )
         qpos.append(md.qpos.copy())
@@ -211,9 +214,12 @@ def energy_gain(group: Group, energies: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adaptive_fraction: float = 0.1,
-                     cfd_fraction: float = 0.2) -> Structure:
+                     cfd_fraction: float = 0.2, capped_fraction: float = 0.0) -> Structure:
     n = int(rng.integers(1, 5))
     cfd_width = float(rng.uniform(0.01, 0.2)) if rng.uniform() < cfd_fraction else 0.0
+    if rng.uniform() < capped_fraction:  # a small contact capacity: overflowing worlds are flagged, never NaN
+        return dataclasses.replace(random_structure(rng, ncp_fraction, adaptive_fraction, cfd_fraction),
+                                   max_geom_pairs=int(rng.integers(1, 3)))
     if rng.uniform() < ncp_fraction:  # the hard-contact NCP, in the settings it supports
         return Structure(
             cfd_width=cfd_width,
@@ -244,6 +250,7 @@ def main() -> None:
     parser.add_argument("--ncp-fraction", type=float, default=0.3, help="share of structures using solver='ncp'")
     parser.add_argument("--adaptive-fraction", type=float, default=0.1, help="share of Newton structures using integrator='adaptive'")
     parser.add_argument("--cfd-fraction", type=float, default=0.2, help="share of structures with contacts from distance")
+    parser.add_argument("--capped-fraction", type=float, default=0.1, help="share of structures with a contact capacity (max_geom_pairs 1-2)")
     parser.add_argument("--x64", action="store_true", help="float64 (default float32, what users run)")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", args.x64)
@@ -252,7 +259,7 @@ def main() -> None:
     start = time.time()
     done = 0
     while done < args.scenes:
-        structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction)
+        structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction)
         n = min(args.group, args.scenes - done)
         group = make_group(structure, n, seed=int(rng.integers(2**31)))
         states_ok, grad_ok, energies, diverged, _, unconverged = check_group(group, args.steps)

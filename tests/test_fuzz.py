@@ -20,7 +20,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiment
 import fuzz  # noqa: E402
 
 STRUCTURES = [
-    fuzz.Structure(types=("sphere", "capsule", "box"), condim=(3, 1, 3), cone="pyramidal", integrator="euler", cfd_width=0.1),
+    fuzz.Structure(types=("sphere", "capsule", "capsule"), condim=(3, 1, 3), cone="pyramidal", integrator="euler", cfd_width=0.1,
+                   max_geom_pairs=1),  # fmt: skip
     fuzz.Structure(types=("box", "sphere"), condim=(4, 3), cone="elliptic", integrator="adaptive"),
     fuzz.Structure(types=("cylinder", "box"), condim=(3, 1), cone="elliptic", integrator="euler", iterations=30, solver="ncp"),
 ]
