@@ -1,6 +1,9 @@
 """Reliability: no deadlock-prone kernels, clear errors for bad parameters, per-world
 failure flags that never leak into other worlds, bitwise determinism."""
 
+import pathlib
+import sys
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -207,3 +210,23 @@ def test_auto_reset_restarts_a_diverged_world_from_qpos0():
     np.testing.assert_array_equal(final.qpos, model.qpos0)
     np.testing.assert_array_equal(final.qvel, jnp.zeros(model.nv))
     assert float(final.time) == pytest.approx(0.005)
+
+
+def test_unrolled_newton_gradient_stays_finite_where_the_search_direction_vanishes():
+    """float32, grad_mode="unroll": a sphere resting deep inside another (a fuzz scene found on a GPU);
+    near convergence the line search's curvature d2 ~ |p|^2 is tiny and the derivative of its
+    Newton point d1/d2 formed 1/d2^2, which overflows float32: NaN gradients with finite states."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "experiments"))
+    import fuzz
+
+    structure = fuzz.Structure(types=("sphere", "sphere"), condim=(3, 6), cone="pyramidal", grad_mode="unroll")
+    group = fuzz.make_group(structure, 4, seed=5, dtype=jnp.float32)
+    model = jax.tree.map(lambda x: x[3], group.model)
+    data = jsn.make_data(model).replace(qpos=jnp.asarray(group.qpos[3], jnp.float32))
+
+    def loss(qvel0):
+        final, _ = jsn.rollout(model, data.replace(qvel=qvel0), jnp.zeros((10, 0), jnp.float32))
+        return jnp.sum(final.qpos[:3] ** 2) + jnp.sum(final.qvel**2)
+
+    value, grad = jax.jit(jax.value_and_grad(loss))(jnp.asarray(group.qvel[3], jnp.float32))
+    assert np.isfinite(float(value)) and np.all(np.isfinite(np.asarray(grad)))

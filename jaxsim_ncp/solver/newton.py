@@ -410,7 +410,11 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         return _Point(alpha, e.cost - e0.cost, e.d1, jnp.where(e.d2 > 0, e.d2, _MINVAL))  # MuJoCo's convexity guard
 
     def newton(p: _Point):
-        return p.alpha - p.d1 / p.d2
+        # d1 / d2 as (d1 / c) / (d2 / c), c = d2 held constant: the same value, but its derivative
+        # never forms 1 / d2^2, which overflows float32 where d2 ~ |p|^2 is tiny (near convergence)
+        # and made unrolled gradients NaN (0 * inf from the candidates `select` leaves unused)
+        c = jax.lax.stop_gradient(p.d2)
+        return p.alpha - (p.d1 / c) / (p.d2 / c)
 
     def pick(pred, a, b):
         return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
