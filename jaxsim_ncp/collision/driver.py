@@ -33,8 +33,7 @@ import numpy as np
 from ..types import Contact, Data, Model, PairGroup, empty_contact
 from . import box, convex, multiccd, primitives
 from .base import Collision, GeomFrame
-
-PLANE, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = 0, 2, 3, 4, 5, 6  # mjtGeom
+from .primitives import BOX, CAPSULE, CYLINDER, ELLIPSOID, PLANE, SPHERE
 
 # (type1, type2) -> (narrow-phase function, contact slots per pair), type1 <= type2
 FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS, **multiccd.FUNCTIONS}
