@@ -217,7 +217,9 @@ def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adapti
                      cfd_fraction: float = 0.2, capped_fraction: float = 0.0) -> Structure:
     n = int(rng.integers(1, 5))
     cfd_width = float(rng.uniform(0.01, 0.2)) if rng.uniform() < cfd_fraction else 0.0
-    if rng.uniform() < capped_fraction:  # a small contact capacity: overflowing worlds are flagged, never NaN
+    # a small contact capacity: overflowing worlds are flagged, never NaN (no draw at fraction 0, so
+    # --capped-fraction 0 replays the structures of seeds drawn before this option existed)
+    if capped_fraction > 0 and rng.uniform() < capped_fraction:
         return dataclasses.replace(random_structure(rng, ncp_fraction, adaptive_fraction, cfd_fraction),
                                    max_geom_pairs=int(rng.integers(1, 3)))
     if rng.uniform() < ncp_fraction:  # the hard-contact NCP, in the settings it supports

@@ -41,7 +41,8 @@ def _candidates_per_group(model):
     counts, distances = [], []
     for group in model.constraints.groups:
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
-        reach = model.geom_margin[g1] + model.geom_margin[g2] + model.geom_gap[g1] + model.geom_gap[g2]
+        *_, margin, gap = driver._group_params(model, group)
+        reach = margin + gap
         d = np.asarray(driver.broad_phase_distance(model, data, group.types, g1, g2) - reach)
         counts.append(int(np.sum(d <= 0)))
         distances.append(d)
