@@ -250,7 +250,7 @@ def solve(
     one solve with the cost Hessian M + J^T H_s J), and since the iterations are not
     differentiated they stop at convergence (at most `iterations`, as mj_solNewton);
     with "unroll" reverse mode differentiates through exactly `iterations` masked Newton
-    steps and their line searches.
+    steps, each with its line-search step length held fixed.
     """
     kinds = row_kinds(model)
     problem = Problem(M, qfrc_smooth, efc, friction)
@@ -344,6 +344,11 @@ def _minimize(
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
         snorm = jax.lax.stop_gradient(jnp.sqrt(per_island(p**2)))
         alpha, ls_improvement = _primal_search(ev, snorm, tolerance * ls_tolerance * snorm / scale, ~done, ls_iterations, early_exit)
+        # Unrolled reverse mode differentiates each iteration with its step held fixed. At the solution
+        # p = 0, so d(alpha) * p vanishes in exact arithmetic, but in float32 the derivative of the
+        # search's Newton points alpha - d1/d2 (d2 ~ |p|^2 near convergence) overflowed to NaN or
+        # amplified round-off until rollout gradients blew up (fuzz scenes found on a GPU).
+        alpha = jax.lax.stop_gradient(alpha)
         moved = ~done & (alpha != 0)  # MuJoCo stops an island without counting when its search finds nothing
         new = _state_at(st.qacc + island.spread(jnp.where(moved, alpha, 0.0), isl.dof) * p, problem, kinds, cone)
         p, decrement = direction(new)
@@ -410,11 +415,7 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         return _Point(alpha, e.cost - e0.cost, e.d1, jnp.where(e.d2 > 0, e.d2, _MINVAL))  # MuJoCo's convexity guard
 
     def newton(p: _Point):
-        # d1 / d2 as (d1 / c) / (d2 / c), c = d2 held constant: the same value, but its derivative
-        # never forms 1 / d2^2, which overflows float32 where d2 ~ |p|^2 is tiny (near convergence)
-        # and made unrolled gradients NaN (0 * inf from the candidates `select` leaves unused)
-        c = jax.lax.stop_gradient(p.d2)
-        return p.alpha - (p.d1 / c) / (p.d2 / c)
+        return p.alpha - p.d1 / p.d2
 
     def pick(pred, a, b):
         return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
