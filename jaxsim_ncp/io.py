@@ -161,6 +161,10 @@ def from_mujoco(
         impratio=f(m.opt.impratio),
         meaninertia=f(m.stat.meaninertia),
         meansize=f(m.stat.meansize),
+        density=f(m.opt.density),
+        viscosity=f(m.opt.viscosity),
+        wind=f(m.opt.wind),
+        fluid=bool(m.opt.density != 0 or m.opt.viscosity != 0),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),
         integrator=integrator,
@@ -184,6 +188,7 @@ def from_mujoco(
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     names = lambda objtype, n: tuple(mujoco.mj_id2name(m, objtype, i) or "" for i in range(n))  # noqa: E731
+    fluid_interaction = np.reshape(m.geom_fluid, (m.ngeom, -1))[:, 0] > 0
     topology = Topology(
         body_parentid=ints(m.body_parentid),
         body_rootid=ints(m.body_rootid),
@@ -235,6 +240,10 @@ def from_mujoco(
         sensor_refid=ints(m.sensor_refid),
         sensor_dim=ints(m.sensor_dim),
         sensor_datatype=ints(m.sensor_datatype),
+        body_fluid_ellipsoid=tuple(
+            bool(np.any(fluid_interaction[m.geom_bodyid == b])) for b in range(m.nbody)
+        ),
+        geom_fluid_interaction=bools(fluid_interaction),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
     eq_ids = list(layout.eq_ids)
@@ -284,6 +293,7 @@ def from_mujoco(
         geom_gap=f(m.geom_gap),
         geom_rbound=f(m.geom_rbound),
         geom_solmix=f(m.geom_solmix),
+        geom_fluid=f(np.reshape(m.geom_fluid, (m.ngeom, -1))),
         geom_priority=ints(m.geom_priority),
         pair_friction=f(np.reshape(m.pair_friction, (-1, 5))),
         pair_solref=f(np.reshape(m.pair_solref, (-1, 2))),
@@ -387,8 +397,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         unsupported("disabling actuator groups (option/actuatorgroupdisable)")
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
         unsupported("sleeping islands (option/flag sleep)")
-    if float(m.opt.density) != 0 or float(m.opt.viscosity) != 0:
-        unsupported("fluid forces (option/density, option/viscosity)")
 
     for j in range(m.njnt):
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)

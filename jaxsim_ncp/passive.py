@@ -6,7 +6,8 @@ difference expressed as a rotation vector (mju_subQuat). Tendons add
 J^T (-k x - b ten_velocity), x = how far ten_length lies outside the spring's
 deadband [lengthspring[0], lengthspring[1]] (0 inside it). Gravity compensation adds
 J^T (-m gravcomp g) at each body's centre of mass (mj_gravcomp); at the dofs of joints
-with actuatorgravcomp it is added to qfrc_actuator instead (actuation.py).
+with actuatorgravcomp it is added to qfrc_actuator instead (actuation.py). With a medium
+(option/density, viscosity) the fluid forces of fluid.py are added.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import math, smooth
+from . import fluid, math, smooth
 from .types import Data, JointType, Model
 
 
@@ -47,7 +48,8 @@ def tendon_force(model: Model, data: Data):
 
 
 def passive(model: Model, data: Data) -> Data:
-    """qfrc_passive = spring + damper forces (flags "spring" and "damper" disable each)."""
+    """qfrc_passive = spring + damper (+ gravcomp, fluid) forces (flags "spring" and "damper" disable
+    each; the fluid only when both are set, as mj_passive)."""
     qfrc = jnp.zeros(model.nv, model.dtype)
     if not model.opt.disabled("spring"):
         qfrc = qfrc + spring_force(model, data.qpos)
@@ -58,6 +60,8 @@ def passive(model: Model, data: Data) -> Data:
     if model.topology.has_gravcomp:
         to_actuators = np.asarray(model.topology.jnt_actgravcomp, dtype=bool)[np.asarray(model.topology.dof_jntid, dtype=np.int64)]
         qfrc = qfrc + jnp.where(to_actuators, 0.0, gravcomp(model, data))
+    if model.opt.fluid and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
+        qfrc = qfrc + fluid.fluid_force(model, data)
     return data.replace(qfrc_passive=qfrc)
 
 

@@ -145,6 +145,9 @@ class Topology:
     sensor_refid: tuple[int, ...] = ()
     sensor_dim: tuple[int, ...] = ()
     sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
+    # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
+    body_fluid_ellipsoid: tuple[bool, ...] = ()
+    geom_fluid_interaction: tuple[bool, ...] = ()
 
     @property
     def nsensordata(self) -> int:
@@ -357,6 +360,9 @@ class Option(eqx.Module):
     impratio: Float[Array, ""]
     meaninertia: Float[Array, ""]  # mjStatistic.meaninertia: scales the solver's tolerances
     meansize: Float[Array, ""]  # mjStatistic.meansize: the NCP solver's length scale
+    density: Float[Array, ""]  # of the medium (fluid.py)
+    viscosity: Float[Array, ""]
+    wind: Float[Array, "3"]
     integrator: str = eqx.field(static=True, default="euler")
     solver: str = eqx.field(static=True, default="newton")
     iterations: int = eqx.field(static=True, default=100)
@@ -376,6 +382,7 @@ class Option(eqx.Module):
     cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)
     max_geom_pairs: int | None = eqx.field(static=True, default=None)  # narrow-phase capacity per pair group
     adaptive: Any = eqx.field(static=True, default=None)  # integrate.adaptive.Adaptive with integrator="adaptive"
+    fluid: bool = eqx.field(static=True, default=False)  # density or viscosity nonzero in the MJCF: fluid forces on
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
@@ -434,6 +441,7 @@ class Model(eqx.Module):
     geom_gap: Float[Array, " ngeom"]
     geom_rbound: Float[Array, " ngeom"]
     geom_solmix: Float[Array, " ngeom"]
+    geom_fluid: Float[Array, "ngeom 12"]  # ellipsoid fluid model: interaction, drag and lift coefficients, virtual mass, inertia
     # explicit contact pairs (<contact><pair>)
     pair_friction: Float[Array, "npair 5"]
     pair_solref: Float[Array, "npair 2"]

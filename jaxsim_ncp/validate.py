@@ -93,11 +93,16 @@ def check_model(model: Model) -> None:
             len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape))
         ):
             raise ModelError(f"{field} has shape {shape}, expected {tuple('?' if e is None else e for e in expected)}")
-    for field in arrays + ["opt.timestep", "opt.gravity", "opt.impratio"]:
+    for field in arrays + ["opt.timestep", "opt.gravity", "opt.impratio", "opt.density", "opt.viscosity", "opt.wind"]:
         c.fail(field, ~np.isfinite(c.leaf(field)), "non-finite value")
 
     c.fail("opt.timestep", ~(c.leaf("opt.timestep") > 0), "must be positive", element_axis=False)
     c.fail("opt.impratio", ~(c.leaf("opt.impratio") > 0), "must be positive", element_axis=False)
+    for field in ("opt.density", "opt.viscosity"):
+        c.fail(field, c.leaf(field) < 0, "must be non-negative", element_axis=False)
+        if not model.opt.fluid:  # the fluid model is chosen at load; a medium added later would be ignored
+            c.fail(field, c.leaf(field) != 0, "is nonzero but the model was loaded without a medium: fluid forces "
+                   "are compiled in when the MJCF's option/density or option/viscosity is nonzero", element_axis=False)  # fmt: skip
 
     topo = model.topology
     moving = np.asarray(topo.body_jntnum) > 0  # MuJoCo's rule: welded (jointless) children may be massless

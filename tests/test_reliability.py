@@ -129,6 +129,7 @@ BAD_PARAMETERS = [
     (lambda m: m.actuator_gear, lambda m: m.actuator_gear.at[0, 0].set(jnp.nan), 'actuator_gear of actuator "drive": non-finite'),
     (lambda m: m.opt.timestep, lambda m: jnp.asarray(0.0), "opt.timestep: must be positive"),
     (lambda m: m.opt.gravity, lambda m: m.opt.gravity.at[2].set(jnp.nan), "opt.gravity.*non-finite"),
+    (lambda m: m.opt.density, lambda m: jnp.asarray(1.2), "opt.density.*loaded without a medium"),
     (lambda m: m.geom_size, lambda m: m.geom_size[:2], r"geom_size has shape \(2, 3\), expected \(6, 3\)"),
 ]
 

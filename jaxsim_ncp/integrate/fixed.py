@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import linalg, math, smooth
+from .. import fluid, linalg, math, smooth
 from ..actuation import actuator_velocity_derivative, next_activation
 from ..types import Data, JointType, Model
 
@@ -96,6 +96,23 @@ def _rigid_free_tree_gyroscopic(model: Model, data: Data):
     return jnp.zeros((model.nv, model.nv), model.dtype).at[rows, cols].set(-jac)
 
 
+def _fluid_velocity_derivative(model: Model, data: Data) -> jax.Array:
+    """d qfrc_fluid / d qvel as implicitfast uses it (mjd_passive_vel's fluid terms): per body
+    J^T B J with B the local wrench's velocity derivative, symmetrized (B + B^T) / 2 for the
+    symmetric factorization, except in a rigid free tree, whose 6x6 block is solved whole."""
+
+    def force(qvel):
+        return fluid.fluid_force(model, smooth.com_vel(model, data.replace(qvel=qvel)))
+
+    deriv = jax.jacfwd(force)(data.qvel)
+    symmetric = 0.5 * (deriv + deriv.T)
+    free = np.zeros((model.nv, model.nv), bool)
+    for j in _rigid_free_joints(model):
+        adr = model.topology.jnt_dofadr[j]
+        free[adr : adr + 6, adr : adr + 6] = True
+    return jnp.where(jnp.asarray(free), deriv, symmetric)
+
+
 def implicitfast(model: Model, data: Data) -> Data:
     """Implicit-in-velocity Euler without articulated Coriolis derivatives: (M - h D) a = f.
 
@@ -137,6 +154,8 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
         if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
             anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
             qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
+        if model.opt.fluid and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
+            qderiv = qderiv + _fluid_velocity_derivative(model, data)
         gyro = _rigid_free_tree_gyroscopic(model, data)
         return data.qM - h * (qderiv if gyro is None else qderiv + gyro)
     return data.qM
