@@ -86,6 +86,13 @@ def _safe_sqrt(x):
     return jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0)
 
 
+def _div_floored(a, b):
+    """a / max(MINVAL, b) whose derivatives never divide by the floor's powers (MINVAL^3
+    underflows float32: implicitfast differentiates the fluid force twice)."""
+    big = b > _MINVAL
+    return jnp.where(big, a / jnp.where(big, b, 1.0), a / _MINVAL)
+
+
 def _safe_norm(x):
     return _safe_sqrt(jnp.sum(x * x, axis=-1))
 
@@ -111,10 +118,10 @@ def _ellipsoid(model: Model, w, v, size, coef):
     cross_sq = jnp.stack([(s1 * s2) ** 2, (s2 * s0) ** 2, (s0 * s1) ** 2], axis=-1)  # squared cross-section products
     proj_denom = jnp.sum(cross_sq**2 * v**2, axis=-1)
     proj_num = jnp.sum(cross_sq * v**2, axis=-1)
-    area_proj = jnp.pi * _safe_sqrt(proj_denom / jnp.maximum(_MINVAL, proj_num))
+    area_proj = jnp.pi * _safe_sqrt(_div_floored(proj_denom, proj_num))
     normal = cross_sq * v  # not unit: the normal of the projected cross-section
     speed = _safe_norm(v)
-    cos_alpha = proj_num / jnp.maximum(_MINVAL, speed * proj_denom)
+    cos_alpha = _div_floored(proj_num, speed * proj_denom)
     circulation = (kutta * rho * cos_alpha * area_proj)[:, None] * jnp.cross(normal, v)
     kutta_force = jnp.cross(circulation, v)
     sphere_diam = 2.0 / 3.0 * jnp.sum(size, axis=-1)
