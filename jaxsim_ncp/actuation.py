@@ -4,7 +4,9 @@ force = gain * input + bias with gain = g0 + g1 l + g2 dl/dt (affine) or g0 (fix
 bias = b0 + b1 l + b2 dl/dt (affine) or 0; input is ctrl, or the activation for
 stateful actuators (integrator: act_dot = ctrl; filter: act_dot = (ctrl - act) / tau).
 Transmissions (mj_transmission): a hinge/slide joint, l = gear q, moment = gear e_dof;
-or a tendon, l = gear ten_length, moment = gear ten_J. qfrc_actuator = moment^T force.
+a tendon, l = gear ten_length, moment = gear ten_J; or a site (no refsite): the wrench
+(gear[:3], gear[3:]) in the site's frame, l = 0, moment = Jp^T R gear[:3] + Jr^T R gear[3:].
+qfrc_actuator = moment^T force.
 """
 
 from __future__ import annotations
@@ -12,8 +14,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import passive
-from .types import TRN_TENDON, BiasType, Data, DynType, GainType, Model
+from . import passive, smooth
+from .types import TRN_SITE, TRN_TENDON, BiasType, Data, DynType, GainType, Model
 
 MINVAL = 1e-15  # mjMINVAL
 
@@ -33,7 +35,18 @@ def transmission(model: Model, data: Data):
         ten = np.where(on_tendon, obj, 0)
         length = jnp.where(on_tendon, data.ten_length[ten], length)
         moment = jnp.where(on_tendon[:, None], data.ten_J[ten], moment)
-    return gear * length, gear[:, None] * moment
+    length, moment = gear * length, gear[:, None] * moment
+    on_site = np.asarray(topo.actuator_trntype, dtype=np.int64) == TRN_SITE
+    if on_site.any():  # a wrench, the 6-D gear in the site's frame; length 0 (no refsite)
+        site = np.where(on_site, obj, 0)
+        rot = data.site_xmat[site]
+        jacp, jacr = smooth.point_jacobian(model, data, np.asarray(topo.site_bodyid, dtype=np.int64)[site], data.site_xpos[site])
+        force = jnp.einsum("nij,nj->ni", rot, model.actuator_gear[:, :3])
+        torque = jnp.einsum("nij,nj->ni", rot, model.actuator_gear[:, 3:])
+        wrench_moment = jnp.einsum("nkv,nk->nv", jacp, force) + jnp.einsum("nkv,nk->nv", jacr, torque)
+        length = jnp.where(on_site, 0.0, length)
+        moment = jnp.where(on_site[:, None], wrench_moment, moment)
+    return length, moment
 
 
 def _time_constant(model: Model):

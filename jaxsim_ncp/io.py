@@ -414,9 +414,11 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for a in range(m.nu):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
         trntype = int(m.actuator_trntype[a])
-        if trntype not in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON)):
+        if trntype not in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON), int(mujoco.mjtTrn.mjTRN_SITE)):
             trn = mujoco.mjtTrn(trntype).name
-            unsupported(f"actuator {aname!r} transmission {trn} (only joint and tendon transmissions)")
+            unsupported(f"actuator {aname!r} transmission {trn} (only joint, tendon and site transmissions)")
+        if trntype == int(mujoco.mjtTrn.mjTRN_SITE) and int(m.actuator_trnid[a, 1]) >= 0:
+            unsupported(f"actuator {aname!r}/refsite (site transmissions are supported without a reference site)")
         jtype = int(m.jnt_type[int(m.actuator_trnid[a, 0])]) if trntype == int(mujoco.mjtTrn.mjTRN_JOINT) else JointType.HINGE
         if jtype not in (JointType.HINGE, JointType.SLIDE):
             unsupported(f"actuator {aname!r} on a {JointType(jtype).name.lower()} joint (only hinge and slide)")

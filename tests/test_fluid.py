@@ -1,5 +1,6 @@
 """Fluid forces (option/density, viscosity, wind): both of MuJoCo's models against MuJoCo, and
-gradients w.r.t. the medium against central finite differences (float64)."""
+gradients w.r.t. the medium against central finite differences (float64). The swimmers are
+driven by thrusters: site-transmission actuators (a wrench in the site's frame)."""
 
 import equinox as eqx
 import jax
@@ -13,7 +14,8 @@ from test_parity import mujoco_rollout, qpos_qvel
 
 # inertia-box bodies (a free box with a hinged capsule below it), the ellipsoid model on a free
 # body (two geoms, one with its own coefficients) and on a ball joint (its derivative symmetrized
-# by implicitfast, the free body's not)
+# by implicitfast, the free body's not); a thruster on the ellipsoid, with a velocity-dependent
+# bias (implicitfast's actuator derivative goes through the site's moment)
 SWIMMERS = """
 <mujoco>
   <option density="1000" viscosity="0.5" wind="0.3 -0.2 0.1" integrator="implicitfast" timestep="0.005"/>
@@ -25,10 +27,14 @@ SWIMMERS = """
     </body>
     <body pos="1 0 1"><freejoint/>
       <geom type="ellipsoid" size="0.1 0.05 0.03" fluidshape="ellipsoid" fluidcoef="0.5 0.25 1.5 1.0 1.0"/>
+      <site name="thruster" pos="0.05 0.02 0" euler="0 30 10"/>
       <geom type="cylinder" size="0.04 0.06" pos="0 0 0.1" fluidshape="ellipsoid"/>
     </body>
     <body pos="0 1 1"><joint type="ball"/><geom type="sphere" size="0.05" pos="0 0 -0.2" fluidshape="ellipsoid"/></body>
   </worldbody>
+  <actuator>
+    <general site="thruster" gear="0 0 1 0.1 0 0.2" gainprm="2" biastype="affine" biasprm="0 0 -0.5" ctrlrange="-1 1" ctrllimited="true"/>
+  </actuator>
 </mujoco>
 """
 STEPS = 60
@@ -37,14 +43,16 @@ STEPS = 60
 def test_fluid_forces_match_mujoco_and_their_gradients_match_finite_differences():
     m = mujoco.MjModel.from_xml_string(SWIMMERS)
     d = mujoco.MjData(m)
-    d.qvel[:] = np.random.default_rng(0).normal(0, 2, m.nv)
+    rng = np.random.default_rng(0)
+    d.qvel[:] = rng.normal(0, 2, m.nv)
+    ctrl = rng.uniform(-1, 1, (STEPS, m.nu))
     model = jsn.from_mujoco(m)
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
 
     def run(medium):
         density, viscosity, wind = medium
         opt = eqx.tree_at(lambda o: (o.density, o.viscosity, o.wind), model.opt, (density, viscosity, wind))
-        _, traj = jsn.rollout(eqx.tree_at(lambda mm: mm.opt, model, opt), data, jnp.zeros((STEPS, 0)))
+        _, traj = jsn.rollout(eqx.tree_at(lambda mm: mm.opt, model, opt), data, jnp.asarray(ctrl))
         return traj
 
     medium = (model.opt.density, model.opt.viscosity, model.opt.wind)
@@ -52,7 +60,12 @@ def test_fluid_forces_match_mujoco_and_their_gradients_match_finite_differences(
     mujoco.mj_forward(m, d)
     assert np.abs(d.qfrc_fluid).max() > 1.0  # the medium matters here
     np.testing.assert_allclose(traj.qfrc_passive[0], d.qfrc_passive, rtol=0, atol=1e-12)
-    ref = mujoco_rollout(m, d, np.zeros((STEPS, 0)), qpos_qvel)
+    d.ctrl[:] = ctrl[0]
+    mujoco.mj_forward(m, d)
+    np.testing.assert_allclose(traj.qfrc_actuator[0], d.qfrc_actuator, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.actuator_velocity[0], d.actuator_velocity, rtol=0, atol=1e-12)
+    assert np.abs(d.qfrc_actuator).max() > 0.1
+    ref = mujoco_rollout(m, d, ctrl, qpos_qvel)
     np.testing.assert_allclose(np.concatenate([traj.qpos, traj.qvel], axis=1), ref, rtol=0, atol=1e-11)
 
     def loss(medium):
