@@ -3,9 +3,11 @@
 force = gain * input + bias with gain = g0 + g1 l + g2 dl/dt (affine) or g0 (fixed),
 bias = b0 + b1 l + b2 dl/dt (affine) or 0; input is ctrl, or the activation for
 stateful actuators (integrator: act_dot = ctrl; filter: act_dot = (ctrl - act) / tau).
-Transmissions (mj_transmission): a hinge/slide joint, l = gear q, moment = gear e_dof;
-a tendon, l = gear ten_length, moment = gear ten_J; or a site (no refsite): the wrench
-(gear[:3], gear[3:]) in the site's frame, l = 0, moment = Jp^T R gear[:3] + Jr^T R gear[3:].
+Transmissions (mj_transmission): a hinge/slide joint, l = gear q, moment = gear e_dof; a
+ball joint, l = rotvec(q) . gear[:3], moment = gear[:3] on its dofs; a free joint, l = 0,
+moment = gear (force, torque) on its dofs (jointinparent: the rotational gear in the parent
+frame); a tendon, l = gear ten_length, moment = gear ten_J; or a site (no refsite): the
+wrench (gear[:3], gear[3:]) in the site's frame, l = 0, moment = Jp^T R gear[:3] + Jr^T R gear[3:].
 qfrc_actuator = moment^T force.
 """
 
@@ -14,8 +16,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import passive, smooth
-from .types import TRN_SITE, TRN_TENDON, BiasType, Data, DynType, GainType, Model
+from . import math, passive, smooth
+from .types import TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
 
@@ -23,26 +25,49 @@ MINVAL = 1e-15  # mjMINVAL
 def transmission(model: Model, data: Data):
     """actuator_length (nu,) and moment (nu, nv): d length / d qpos in velocity coordinates."""
     topo = model.topology
-    gear = model.actuator_gear[:, 0]
+    gear = model.actuator_gear
     obj = np.asarray(topo.actuator_trnid, dtype=np.int64)
-    on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == TRN_TENDON
-    jnt = np.where(on_tendon, 0, obj)
+    trntype = np.asarray(topo.actuator_trntype, dtype=np.int64)
+    rows = np.arange(model.nu)
+    on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
+    jnt = np.where(on_joint, obj, 0)
+    jtype = np.where(on_joint, np.asarray(topo.jnt_type, dtype=np.int64)[jnt], -1)
     qadr = np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt]
     dadr = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
-    length = data.qpos[qadr]
-    moment = jnp.zeros((model.nu, model.nv), model.dtype).at[np.arange(model.nu), dadr].set(1.0)
+    # hinge and slide (and the placeholder for the other kinds): l = gear q, moment = gear e_dof
+    length = gear[:, 0] * data.qpos[qadr]
+    moment = jnp.zeros((model.nu, model.nv), model.dtype).at[rows, dadr].set(gear[:, 0])
+    in_parent = (trntype == TRN_JOINTINPARENT)[:, None]
+
+    def gear_axis(g, quat_adr):  # the gear's rotational part, in the parent frame for jointinparent
+        quat = math.normalize(data.qpos[quat_adr[:, None] + np.arange(4)])
+        return jnp.where(in_parent, math.quat_rotate(math.quat_conj(quat), g), g), quat
+
+    ball = jtype == JointType.BALL
+    if ball.any():  # 3-D gear: l = rotation vector . axis, moment = axis on the 3 dofs
+        axis, quat = gear_axis(gear[:, :3], qadr)
+        length = jnp.where(ball, jnp.sum(math.quat_to_rotvec(quat) * axis, axis=-1), length)
+        ball_moment = jnp.zeros_like(moment).at[rows[:, None], dadr[:, None] + np.arange(3)].set(axis)
+        moment = jnp.where(ball[:, None], ball_moment, moment)
+    free = jtype == JointType.FREE
+    if free.any():  # 6-D gear: force gear[:3] (world), torque axis; no meaningful length: 0
+        axis, _ = gear_axis(gear[:, 3:], qadr + 3)
+        free_moment = jnp.zeros_like(moment).at[rows[:, None], dadr[:, None] + np.arange(6)].set(
+            jnp.concatenate([gear[:, :3], axis], axis=-1))
+        length = jnp.where(free, 0.0, length)
+        moment = jnp.where(free[:, None], free_moment, moment)
+    on_tendon = trntype == TRN_TENDON
     if on_tendon.any():
         ten = np.where(on_tendon, obj, 0)
-        length = jnp.where(on_tendon, data.ten_length[ten], length)
-        moment = jnp.where(on_tendon[:, None], data.ten_J[ten], moment)
-    length, moment = gear * length, gear[:, None] * moment
-    on_site = np.asarray(topo.actuator_trntype, dtype=np.int64) == TRN_SITE
+        length = jnp.where(on_tendon, gear[:, 0] * data.ten_length[ten], length)
+        moment = jnp.where(on_tendon[:, None], gear[:, :1] * data.ten_J[ten], moment)
+    on_site = trntype == TRN_SITE
     if on_site.any():  # a wrench, the 6-D gear in the site's frame; length 0 (no refsite)
         site = np.where(on_site, obj, 0)
         rot = data.site_xmat[site]
         jacp, jacr = smooth.point_jacobian(model, data, np.asarray(topo.site_bodyid, dtype=np.int64)[site], data.site_xpos[site])
-        force = jnp.einsum("nij,nj->ni", rot, model.actuator_gear[:, :3])
-        torque = jnp.einsum("nij,nj->ni", rot, model.actuator_gear[:, 3:])
+        force = jnp.einsum("nij,nj->ni", rot, gear[:, :3])
+        torque = jnp.einsum("nij,nj->ni", rot, gear[:, 3:])
         wrench_moment = jnp.einsum("nkv,nk->nv", jacp, force) + jnp.einsum("nkv,nk->nv", jacr, torque)
         length = jnp.where(on_site, 0.0, length)
         moment = jnp.where(on_site[:, None], wrench_moment, moment)

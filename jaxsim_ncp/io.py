@@ -414,14 +414,12 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for a in range(m.nu):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
         trntype = int(m.actuator_trntype[a])
-        if trntype not in (int(mujoco.mjtTrn.mjTRN_JOINT), int(mujoco.mjtTrn.mjTRN_TENDON), int(mujoco.mjtTrn.mjTRN_SITE)):
+        supported = (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT, mujoco.mjtTrn.mjTRN_TENDON, mujoco.mjtTrn.mjTRN_SITE)
+        if trntype not in {int(t) for t in supported}:
             trn = mujoco.mjtTrn(trntype).name
-            unsupported(f"actuator {aname!r} transmission {trn} (only joint, tendon and site transmissions)")
+            unsupported(f"actuator {aname!r} transmission {trn} (only joint, jointinparent, tendon and site transmissions)")
         if trntype == int(mujoco.mjtTrn.mjTRN_SITE) and int(m.actuator_trnid[a, 1]) >= 0:
             unsupported(f"actuator {aname!r}/refsite (site transmissions are supported without a reference site)")
-        jtype = int(m.jnt_type[int(m.actuator_trnid[a, 0])]) if trntype == int(mujoco.mjtTrn.mjTRN_JOINT) else JointType.HINGE
-        if jtype not in (JointType.HINGE, JointType.SLIDE):
-            unsupported(f"actuator {aname!r} on a {JointType(jtype).name.lower()} joint (only hinge and slide)")
         if int(m.actuator_dyntype[a]) not in set(DynType):
             unsupported(f"actuator {aname!r} dyntype {mujoco.mjtDyn(int(m.actuator_dyntype[a])).name}")
         if int(m.actuator_gaintype[a]) not in set(GainType):

@@ -37,7 +37,8 @@ class JointType(IntEnum):
 
 JOINT_NQ = {JointType.FREE: 7, JointType.BALL: 4, JointType.SLIDE: 1, JointType.HINGE: 1}
 JOINT_NV = {JointType.FREE: 6, JointType.BALL: 3, JointType.SLIDE: 1, JointType.HINGE: 1}
-TRN_TENDON = 3  # mjtTrn.mjTRN_TENDON: the actuator's transmission is a tendon (else a joint)
+TRN_JOINT, TRN_JOINTINPARENT = 0, 1  # mjtTrn: the actuator's transmission is a joint
+TRN_TENDON = 3  # mjtTrn.mjTRN_TENDON: the actuator's transmission is a tendon
 TRN_SITE = 4  # mjtTrn.mjTRN_SITE: a wrench at a site (actuation.transmission)
 
 

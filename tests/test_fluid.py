@@ -1,6 +1,8 @@
 """Fluid forces (option/density, viscosity, wind): both of MuJoCo's models against MuJoCo, and
 gradients w.r.t. the medium against central finite differences (float64). The swimmers are
-driven by thrusters: site-transmission actuators (a wrench in the site's frame)."""
+driven by thrusters (site transmissions: a wrench in the site's frame) and by actuators on a
+ball joint (3-D gear, its length the rotation vector along the gear) and on a free joint in
+its parent's frame (jointinparent)."""
 
 import equinox as eqx
 import jax
@@ -21,7 +23,7 @@ SWIMMERS = """
   <option density="1000" viscosity="0.5" wind="0.3 -0.2 0.1" integrator="implicitfast" timestep="0.005"/>
   <default><geom contype="0" conaffinity="0"/></default>
   <worldbody>
-    <body pos="0 0 1" euler="10 20 30"><freejoint/><geom type="box" size="0.1 0.05 0.08" mass="1"/>
+    <body pos="0 0 1" euler="10 20 30"><freejoint name="box"/><geom type="box" size="0.1 0.05 0.08" mass="1"/>
       <body pos="0.2 0 0"><joint type="hinge" axis="0 1 0" damping="0.1"/>
         <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/></body>
     </body>
@@ -30,21 +32,26 @@ SWIMMERS = """
       <site name="thruster" pos="0.05 0.02 0" euler="0 30 10"/>
       <geom type="cylinder" size="0.04 0.06" pos="0 0 0.1" fluidshape="ellipsoid"/>
     </body>
-    <body pos="0 1 1"><joint type="ball"/><geom type="sphere" size="0.05" pos="0 0 -0.2" fluidshape="ellipsoid"/></body>
+    <body pos="0 1 1"><joint name="ball" type="ball"/><geom type="sphere" size="0.05" pos="0 0 -0.2" fluidshape="ellipsoid"/></body>
   </worldbody>
   <actuator>
     <general site="thruster" gear="0 0 1 0.1 0 0.2" gainprm="2" biastype="affine" biasprm="0 0 -0.5" ctrlrange="-1 1" ctrllimited="true"/>
+    <general joint="ball" gear="0.3 -0.2 0.5 0 0 0" gainprm="0.1" biastype="affine" biasprm="0 -0.2 -0.01"/>
+    <general jointinparent="box" gear="0.5 0 1 0.1 -0.2 0.3" gainprm="3"/>
   </actuator>
 </mujoco>
 """
 STEPS = 60
 
 
-def test_fluid_forces_match_mujoco_and_their_gradients_match_finite_differences():
+def test_swimmers_match_mujoco_and_medium_gradients_match_finite_differences():
     m = mujoco.MjModel.from_xml_string(SWIMMERS)
     d = mujoco.MjData(m)
     rng = np.random.default_rng(0)
     d.qvel[:] = rng.normal(0, 2, m.nv)
+    ball = m.jnt_qposadr[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, "ball")]
+    d.qpos[ball : ball + 4] = [0.8, 0.3, -0.4, 0.33]
+    d.qpos[ball : ball + 4] /= np.linalg.norm(d.qpos[ball : ball + 4])
     ctrl = rng.uniform(-1, 1, (STEPS, m.nu))
     model = jsn.from_mujoco(m)
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
@@ -64,6 +71,7 @@ def test_fluid_forces_match_mujoco_and_their_gradients_match_finite_differences(
     mujoco.mj_forward(m, d)
     np.testing.assert_allclose(traj.qfrc_actuator[0], d.qfrc_actuator, rtol=0, atol=1e-12)
     np.testing.assert_allclose(traj.actuator_velocity[0], d.actuator_velocity, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.actuator_length[0], d.actuator_length, rtol=0, atol=1e-12)
     assert np.abs(d.qfrc_actuator).max() > 0.1
     ref = mujoco_rollout(m, d, ctrl, qpos_qvel)
     np.testing.assert_allclose(np.concatenate([traj.qpos, traj.qvel], axis=1), ref, rtol=0, atol=1e-11)
