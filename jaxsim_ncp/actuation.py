@@ -65,10 +65,10 @@ def transmission(model: Model, data: Data):
     if on_site.any():  # a wrench, the 6-D gear in the site's frame; length 0 (no refsite)
         site = np.where(on_site, obj, 0)
         rot = data.site_xmat[site]
-        jacp, jacr = smooth.point_jacobian(model, data, np.asarray(topo.site_bodyid, dtype=np.int64)[site], data.site_xpos[site])
-        force = jnp.einsum("nij,nj->ni", rot, gear[:, :3])
-        torque = jnp.einsum("nij,nj->ni", rot, gear[:, 3:])
-        wrench_moment = jnp.einsum("nkv,nk->nv", jacp, force) + jnp.einsum("nkv,nk->nv", jacr, torque)
+        wrench_moment = smooth.wrench_moment(
+            model, data, np.asarray(topo.site_bodyid, dtype=np.int64)[site], data.site_xpos[site],
+            jnp.einsum("nij,nj->ni", rot, gear[:, :3]), jnp.einsum("nij,nj->ni", rot, gear[:, 3:]),
+        )  # fmt: skip
         length = jnp.where(on_site, 0.0, length)
         moment = jnp.where(on_site[:, None], wrench_moment, moment)
     return length, moment

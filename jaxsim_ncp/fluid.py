@@ -27,30 +27,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from . import smooth
+from . import math, smooth
 from .collision.primitives import CAPSULE, CYLINDER, SPHERE
 from .types import Data, Model
 
 _MINVAL = 1e-15  # mjMINVAL
-
-
-def _local_velocity(model: Model, data: Data, body: np.ndarray, pos, rot):
-    """(angular, linear) velocity (n, 3) of frames at `pos` with orientation `rot`, fixed to
-    `body`, in the frames' own axes (mj_objectVelocity with flg_local)."""
-    cvel = data.cvel[body]
-    ang, lin = cvel[:, :3], cvel[:, 3:]
-    root = np.asarray(model.topology.body_rootid, dtype=np.int64)[body]
-    lin = lin + jnp.cross(ang, pos - data.subtree_com[root])  # cvel is at the root's subtree com
-    to_local = lambda v: jnp.einsum("nji,nj->ni", rot, v)  # noqa: E731  R^T v
-    return to_local(ang), to_local(lin)
-
-
-def _apply(model: Model, data: Data, body: np.ndarray, pos, rot, torque_local, force_local):
-    """Generalized force of local wrenches applied at `pos` on `body` (mj_applyFT)."""
-    torque = jnp.einsum("nij,nj->ni", rot, torque_local)
-    force = jnp.einsum("nij,nj->ni", rot, force_local)
-    jacp, jacr = smooth.point_jacobian(model, data, body, pos)
-    return jnp.einsum("nkv,nk->v", jacp, force) + jnp.einsum("nkv,nk->v", jacr, torque)
 
 
 def _inertia_box(model: Model, w, v, body: np.ndarray):
@@ -93,10 +74,6 @@ def _div_floored(a, b):
     return jnp.where(big, a / jnp.where(big, b, 1.0), a / _MINVAL)
 
 
-def _safe_norm(x):
-    return _safe_sqrt(jnp.sum(x * x, axis=-1))
-
-
 def _ellipsoid(model: Model, w, v, size, coef):
     """Local torque and force of the ellipsoid model (mj_ellipsoidFluidModel): added mass
     (mj_addedMassForces without the acceleration term) and mj_viscousForces."""
@@ -120,7 +97,7 @@ def _ellipsoid(model: Model, w, v, size, coef):
     proj_num = jnp.sum(cross_sq * v**2, axis=-1)
     area_proj = jnp.pi * _safe_sqrt(_div_floored(proj_denom, proj_num))
     normal = cross_sq * v  # not unit: the normal of the projected cross-section
-    speed = _safe_norm(v)
+    speed = math.safe_norm(v)
     cos_alpha = _div_floored(proj_num, speed * proj_denom)
     circulation = (kutta * rho * cos_alpha * area_proj)[:, None] * jnp.cross(normal, v)
     kutta_force = jnp.cross(circulation, v)
@@ -131,36 +108,40 @@ def _ellipsoid(model: Model, w, v, size, coef):
     moments = 8.0 / 15.0 * jnp.pi * size * others**4
     mom_visc = w * (angular[:, None] * moments + slender[:, None] * (moment_max[:, None] - moments))
     drag_lin = beta * 3.0 * jnp.pi * sphere_diam + rho * speed * (area_proj * blunt + slender * (area_max - area_proj))
-    drag_ang = beta * jnp.pi * sphere_diam**3 + rho * _safe_norm(mom_visc)
+    drag_ang = beta * jnp.pi * sphere_diam**3 + rho * math.safe_norm(mom_visc)
     torque = torque - drag_ang[:, None] * w
     force = force + magnus_force + kutta_force - drag_lin[:, None] * v
     return interaction[:, None] * torque, interaction[:, None] * force
 
 
+def enabled(model: Model) -> bool:
+    """Fluid forces take part: a medium at load, and not both springs and dampers disabled (mj_passive)."""
+    return model.opt.fluid and not (model.opt.disabled("spring") and model.opt.disabled("damper"))
+
+
+def _frame_force(model: Model, data: Data, body: np.ndarray, pos, rot, local_wrench):
+    """Generalized force of the local wrenches local_wrench(w, v) of frames (pos, rot) fixed to
+    `body`, w and v their velocity relative to the wind in their own axes; massless bodies skipped."""
+    w, v = smooth.object_velocity(model, data, body, pos, rot)
+    torque, force = local_wrench(w, v - jnp.einsum("nji,j->ni", rot, model.opt.wind))
+    has_mass = (model.body_mass[body] >= _MINVAL)[:, None]
+    world = lambda x: jnp.einsum("nij,nj->ni", rot, jnp.where(has_mass, x, 0.0))  # noqa: E731
+    return jnp.sum(smooth.wrench_moment(model, data, body, pos, world(force), world(torque)), axis=0)
+
+
 def fluid_force(model: Model, data: Data) -> Float[Array, " nv"]:
     """qfrc_fluid: the generalized force of the fluid on every body with mass (mj_fluid)."""
     topo = model.topology
-    wind = model.opt.wind
     qfrc = jnp.zeros(model.nv, model.dtype)
     uses_ellipsoid = np.asarray(topo.body_fluid_ellipsoid, dtype=bool)
     boxes = np.nonzero(~uses_ellipsoid[1:])[0] + 1  # the world body has no mass
     if len(boxes):
-        pos, rot = data.xipos[boxes], data.ximat[boxes]
-        w, v = _local_velocity(model, data, boxes, pos, rot)
-        v = v - jnp.einsum("nji,j->ni", rot, wind)
-        torque, force = _inertia_box(model, w, v, boxes)
-        has_mass = (model.body_mass[boxes] >= _MINVAL)[:, None]
-        qfrc = qfrc + _apply(model, data, boxes, pos, rot, jnp.where(has_mass, torque, 0.0), jnp.where(has_mass, force, 0.0))
+        box = lambda w, v: _inertia_box(model, w, v, boxes)  # noqa: E731
+        qfrc = qfrc + _frame_force(model, data, boxes, data.xipos[boxes], data.ximat[boxes], box)
     geom_body = np.asarray(topo.geom_bodyid, dtype=np.int64)
-    geoms = np.nonzero(uses_ellipsoid[geom_body] & (np.asarray(topo.geom_fluid_interaction, dtype=bool)))[0]
+    geoms = np.nonzero(uses_ellipsoid[geom_body] & np.asarray(topo.geom_fluid_interaction, dtype=bool))[0]
     if len(geoms):
-        body = geom_body[geoms]
-        pos, rot = data.geom_xpos[geoms], data.geom_xmat[geoms]
-        w, v = _local_velocity(model, data, body, pos, rot)
-        v = v - jnp.einsum("nji,j->ni", rot, wind)
         size = semi_axes(np.asarray(topo.geom_type)[geoms], model.geom_size[geoms])
-        torque, force = _ellipsoid(model, w, v, size, model.geom_fluid[geoms])
-        has_mass = (model.body_mass[body] >= _MINVAL)[:, None]
-        qfrc = qfrc + _apply(model, data, body, pos, rot, jnp.where(has_mass, torque, 0.0), jnp.where(has_mass, force, 0.0))
+        ellipsoid = lambda w, v: _ellipsoid(model, w, v, size, model.geom_fluid[geoms])  # noqa: E731
+        qfrc = qfrc + _frame_force(model, data, geom_body[geoms], data.geom_xpos[geoms], data.geom_xmat[geoms], ellipsoid)
     return qfrc
-

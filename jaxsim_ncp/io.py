@@ -188,7 +188,8 @@ def from_mujoco(
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     names = lambda objtype, n: tuple(mujoco.mj_id2name(m, objtype, i) or "" for i in range(n))  # noqa: E731
-    fluid_interaction = np.reshape(m.geom_fluid, (m.ngeom, -1))[:, 0] > 0
+    geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, -1))
+    fluid_interaction = geom_fluid[:, 0] > 0
     topology = Topology(
         body_parentid=ints(m.body_parentid),
         body_rootid=ints(m.body_rootid),
@@ -293,7 +294,7 @@ def from_mujoco(
         geom_gap=f(m.geom_gap),
         geom_rbound=f(m.geom_rbound),
         geom_solmix=f(m.geom_solmix),
-        geom_fluid=f(np.reshape(m.geom_fluid, (m.ngeom, -1))),
+        geom_fluid=f(geom_fluid),
         geom_priority=ints(m.geom_priority),
         pair_friction=f(np.reshape(m.pair_friction, (-1, 5))),
         pair_solref=f(np.reshape(m.pair_solref, (-1, 2))),

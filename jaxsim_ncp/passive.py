@@ -60,7 +60,7 @@ def passive(model: Model, data: Data) -> Data:
     if model.topology.has_gravcomp:
         to_actuators = np.asarray(model.topology.jnt_actgravcomp, dtype=bool)[np.asarray(model.topology.dof_jntid, dtype=np.int64)]
         qfrc = qfrc + jnp.where(to_actuators, 0.0, gravcomp(model, data))
-    if model.opt.fluid and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
+    if fluid.enabled(model):
         qfrc = qfrc + fluid.fluid_force(model, data)
     return data.replace(qfrc_passive=qfrc)
 

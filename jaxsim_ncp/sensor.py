@@ -17,7 +17,7 @@ from enum import IntEnum
 import jax.numpy as jnp
 import numpy as np
 
-from . import math
+from . import math, smooth
 from .types import TRN_TENDON, Data, Model
 
 
@@ -91,14 +91,8 @@ def _quat(model: Model, data: Data, objtype: int, objid: int):
 
 def _velocity(model: Model, data: Data, objtype: int, objid: int, local: bool):
     """(angular, linear) velocity of an object at its position, world or object frame (mj_objectVelocity)."""
-    body = _body_of(model, objtype, objid)
     pos, rot = _frame(data, objtype, objid)
-    com = data.subtree_com[model.topology.body_rootid[body]]
-    ang = data.cvel[body, :3]
-    lin = data.cvel[body, 3:] + jnp.cross(ang, pos - com)
-    if local:
-        return rot.T @ ang, rot.T @ lin
-    return ang, lin
+    return smooth.object_velocity(model, data, _body_of(model, objtype, objid), pos, rot if local else None)
 
 
 def _value(model: Model, data: Data, i: int):

@@ -222,3 +222,21 @@ def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Arra
     ang, lin = data.cdof[:, :3], data.cdof[:, 3:]
     jacp = lin.T[None] + jnp.cross(ang[None, :, :], offset[:, None, :]).transpose(0, 2, 1)
     return jacp * chain[:, None, :], ang.T[None] * chain[:, None, :]
+
+
+def object_velocity(model: Model, data: Data, body, pos, rot=None):
+    """(angular, linear) velocity of frames at `pos` fixed to `body` (scalars or arrays), in the
+    world axes or, given `rot`, in the frames' own axes (mj_objectVelocity)."""
+    root = np.asarray(model.topology.body_rootid, dtype=np.int64)[body]
+    ang = data.cvel[body, :3]
+    lin = data.cvel[body, 3:] + jnp.cross(ang, pos - data.subtree_com[root])  # cvel is at the root's subtree com
+    if rot is None:
+        return ang, lin
+    return jnp.einsum("...ji,...j->...i", rot, ang), jnp.einsum("...ji,...j->...i", rot, lin)
+
+
+def wrench_moment(model: Model, data: Data, body: np.ndarray, pos, force, torque):
+    """Generalized force (n, nv) of each world-frame force and torque applied at `pos` on `body`
+    (mj_applyFT, one row per wrench)."""
+    jacp, jacr = point_jacobian(model, data, body, pos)
+    return jnp.einsum("nkv,nk->nv", jacp, force) + jnp.einsum("nkv,nk->nv", jacr, torque)

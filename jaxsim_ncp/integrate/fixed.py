@@ -154,7 +154,7 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
         if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
             anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
             qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
-        if model.opt.fluid and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
+        if fluid.enabled(model):
             qderiv = qderiv + _fluid_velocity_derivative(model, data)
         gyro = _rigid_free_tree_gyroscopic(model, data)
         return data.qM - h * (qderiv if gyro is None else qderiv + gyro)
