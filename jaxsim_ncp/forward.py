@@ -20,6 +20,7 @@ from .types import Data, Model, WarningKind
 
 
 @linalg.full_precision
+@jax.jit
 def forward(model: Model, data: Data) -> Data:
     """Fill every derived quantity of `data` and the acceleration qacc (mj_forward)."""
     data = smooth.kinematics(model, data)
@@ -247,6 +248,7 @@ def _bad(x: jax.Array, maxval: float) -> jax.Array:
 
 
 @linalg.full_precision
+@jax.jit
 def step(model: Model, data: Data) -> Data:
     """Advance one timestep with the model's integrator (mj_step).
 
