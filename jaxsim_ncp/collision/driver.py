@@ -91,6 +91,7 @@ def _group_params(model: Model, group: PairGroup):
     )
 
 
+@jax.jit
 def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Contact:
     """Narrow phase over every candidate pair (mj_collision); returns the fixed-size contact array.
 

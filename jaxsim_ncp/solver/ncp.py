@@ -48,6 +48,7 @@ reduction for the transposed solve. The forward result stays the hard solution.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -502,6 +503,7 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=iterations)[0]
 
 
+@functools.partial(jax.jit, static_argnames=("kappa", "kappa_grad", "tolerance", "iterations", "early_exit"))
 def solve(
     p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, early_exit: bool = True, skip=False
 ) -> Solution:

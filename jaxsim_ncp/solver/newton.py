@@ -234,6 +234,7 @@ class Problem(NamedTuple):
     friction: Float[Array, "ncon 5"]
 
 
+@jax.jit
 def solve(
     model: Model,
     M: Float[Array, "nv nv"],
