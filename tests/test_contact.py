@@ -145,11 +145,18 @@ def _contact_rows(model, mj_data, ours):
     return pairs
 
 
-def _check_forward(m, d):
+STEPS = 100
+# the trajectories' program (run-bound: optimized code); the forward checks of a scene and cone
+# with a trajectory test run it too (its first step's Data holds forward() at the start state)
+# instead of compiling forward() separately
+_ROLLOUT = jax.jit(lambda model, data: jsn.rollout(model, data, jnp.zeros((STEPS, model.nu))), compiler_options=OPTIMIZED)
+
+
+def _check_forward(m, d, via_rollout=False):
     mujoco.mj_forward(m, d)
     model = jsn.from_mujoco(m)
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
-    out = jax.jit(jsn.forward)(model, data)
+    out = jax.tree.map(lambda x: x[0], _ROLLOUT(model, data)[1]) if via_rollout else jsn.forward(model, data)
     scale = max(1.0, np.max(np.abs(d.qacc)))
     np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, atol=1e-6 * scale, rtol=0)
     assert int(np.sum(np.asarray(out.contact.mask))) == d.ncon
@@ -181,12 +188,13 @@ def test_forward_matches_mujoco(name, cone):
     xml, qvel = SCENES.get(name, ("humanoid", None))
     m = _mj_model(xml, cone)
     d = _initial_state(m, qvel, humanoid=name == "humanoid")
-    _check_forward(m, d)
+    via_rollout = (name, cone) in TRAJECTORIES and name not in TRUNCATED
+    _check_forward(m, d, via_rollout)
     if name != "welded_pair":
         assert d.ncon + d.nl > 0, "scene should start in contact or at a limit"
     for _ in range(3):  # also a state MuJoCo itself produced
         mujoco.mj_step(m, d)
-    _check_forward(m, d)
+    _check_forward(m, d, via_rollout)
 
 
 TRAJECTORIES = [(name, "elliptic" if i % 2 else "pyramidal") for i, name in enumerate([*SCENES, "humanoid"])]
@@ -203,11 +211,9 @@ def test_trajectory_matches_mujoco(name, cone):
     d = _initial_state(m, qvel, humanoid=name == "humanoid")
     model = jsn.from_mujoco(m)
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
-    steps = 100
-    ctrl = jnp.zeros((steps, model.nu))
-    final, traj = jax.jit(lambda dd: jsn.rollout(model, dd, ctrl), compiler_options=OPTIMIZED)(data)  # run-bound
+    final, traj = _ROLLOUT(model, data)
     qpos = []
-    for _ in range(steps):
+    for _ in range(STEPS):
         mujoco.mj_step(m, d)
         qpos.append(d.qpos.copy())
     tol = 1e-6 if truncated else 1e-4
