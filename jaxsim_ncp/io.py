@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 
@@ -12,6 +13,7 @@ import numpy as np
 from . import sensor
 from .cfd import CFD
 from .collision import FUNCTIONS
+from .collision.mesh import MESH, MULTICCD_PAIRS as MESH_MULTICCD_PAIRS
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
 from .integrate import adaptive
 from .types import (
@@ -245,8 +247,11 @@ def from_mujoco(
             bool(np.any(fluid_interaction[m.geom_bodyid == b])) for b in range(m.nbody)
         ),
         geom_fluid_interaction=bools(fluid_interaction),
+        geom_dataid=ints(m.geom_dataid),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
+    mesh_vert, mesh_polynormal, mesh_polyvert = _mesh_hulls(m, layout)
+    topology = dataclasses.replace(topology, mesh_polyvert=mesh_polyvert)
     eq_ids = list(layout.eq_ids)
     model = Model(
         nq=int(m.nq),
@@ -295,6 +300,8 @@ def from_mujoco(
         geom_rbound=f(m.geom_rbound),
         geom_solmix=f(m.geom_solmix),
         geom_fluid=f(geom_fluid),
+        mesh_vert=f(mesh_vert),
+        mesh_polynormal=f(mesh_polynormal),
         geom_priority=ints(m.geom_priority),
         pair_friction=f(np.reshape(m.pair_friction, (-1, 5))),
         pair_solref=f(np.reshape(m.pair_solref, (-1, 2))),
@@ -523,6 +530,43 @@ def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, i
     return pairs
 
 
+def _mesh_hulls(m: mujoco.MjModel, layout: ConstraintLayout):
+    """Convex hulls of the meshes that collide, padded to common sizes: vertices (nmesh, V, 3) in
+    the geom frame (ascending vertex id, as MuJoCo's exhaustive support search visits them),
+    polygon normals (nmesh, P, 3) and polygons as hull-vertex indices (nmesh, P, K), -1 padded.
+    Meshes that never collide get one zero vertex (they are never read)."""
+    used = sorted({int(m.geom_dataid[g]) for grp in layout.groups if MESH in grp.types
+                   for g in grp.geom1 + grp.geom2 if m.geom_type[g] == MESH})  # fmt: skip
+    hulls = {}
+    for i in used:
+        adr, num = int(m.mesh_vertadr[i]), int(m.mesh_vertnum[i])
+        graph = int(m.mesh_graphadr[i])
+        if graph >= 0:
+            nhull = int(m.mesh_graph[graph])
+            ids = np.sort(m.mesh_graph[graph + 2 + nhull : graph + 2 + 2 * nhull])
+        else:
+            ids = np.arange(num)
+        local = {int(v): k for k, v in enumerate(ids)}
+        polys, normals = [], []
+        for p in range(int(m.mesh_polyadr[i]), int(m.mesh_polyadr[i] + m.mesh_polynum[i])):
+            start = int(m.mesh_polyvertadr[p])
+            polys.append([local[int(v)] for v in m.mesh_polyvert[start : start + int(m.mesh_polyvertnum[p])]])
+            normals.append(m.mesh_polynormal[p])
+        hulls[i] = (np.asarray(m.mesh_vert[adr + ids], np.float64), polys, np.asarray(normals, np.float64))
+    nv = max([len(h[0]) for h in hulls.values()], default=1)
+    npoly = max([len(h[1]) for h in hulls.values()], default=1)
+    k = max([len(p) for h in hulls.values() for p in h[1]], default=1)
+    vert = np.zeros((m.nmesh, nv, 3))
+    normal = np.zeros((m.nmesh, npoly, 3))
+    polyvert = np.full((m.nmesh, npoly, k), -1)
+    for i, (v, polys, nrm) in hulls.items():
+        vert[i] = np.concatenate([v, np.repeat(v[:1], nv - len(v), axis=0)])
+        normal[i, : len(nrm)] = nrm
+        for j, p in enumerate(polys):
+            polyvert[i, j, : len(p)] = p
+    return vert, normal, tuple(tuple(tuple(int(x) for x in row) for row in mesh) for mesh in polyvert)
+
+
 def _pair_condim(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> int:
     """condim of a contact: the pair's, the higher-priority geom's, or the max of both."""
     if pair_id >= 0:
@@ -549,6 +593,14 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                 raise UnsupportedFeatureError(
                     f"collision between a {n1} and a {n2} (geoms {names[0]!r} and {names[1]!r}, geom/type) is "
                     "not supported yet; set their contype/conaffinity so they cannot collide"
+                )
+            if types in MESH_MULTICCD_PAIRS and "multiccd" not in disableflags:
+                n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
+                names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                raise UnsupportedFeatureError(
+                    f"the multi-point {n1}-{n2} manifold of MuJoCo's multiccd (geoms {names[0]!r} and "
+                    f"{names[1]!r}, geom/type) is not reproduced yet; disable it with "
+                    '<flag multiccd="disable"/> (one contact per pair, simulated) or exclude the pair'
                 )
             if types in MULTICCD_PAIRS and "multiccd" not in disableflags:
                 margin = m.pair_margin[pid] + m.pair_gap[pid] if pid >= 0 else (

@@ -150,6 +150,10 @@ class Topology:
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()
+    # mesh collision (collision/mesh.py): each geom's mesh (-1: none), and per mesh its convex hull's
+    # polygons as vertex indices into Model.mesh_vert[mesh], padded with -1
+    geom_dataid: tuple[int, ...] = ()
+    mesh_polyvert: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     @property
     def nsensordata(self) -> int:
@@ -444,6 +448,10 @@ class Model(eqx.Module):
     geom_rbound: Float[Array, " ngeom"]
     geom_solmix: Float[Array, " ngeom"]
     geom_fluid: Float[Array, "ngeom 12"]  # ellipsoid fluid model: interaction, drag and lift coefficients, virtual mass, inertia
+    # meshes that collide: convex-hull vertices in the geom frame (padded by repeating the first)
+    # and hull polygon normals (padded with zeros); see Topology.mesh_polyvert
+    mesh_vert: Float[Array, "nmesh nhullvert 3"]
+    mesh_polynormal: Float[Array, "nmesh npoly 3"]
     # explicit contact pairs (<contact><pair>)
     pair_friction: Float[Array, "npair 5"]
     pair_solref: Float[Array, "npair 2"]

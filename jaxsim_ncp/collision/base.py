@@ -9,7 +9,8 @@ hfield, sphere, capsule, ellipsoid, cylinder, box). It returns a static number n
 candidate contacts (MuJoCo's maximum for that pair); `valid` marks the ones MuJoCo
 would emit (dist <= margin and the geometric case produces that point). Normals
 point from g1 to g2 (MuJoCo's convention), `frame` rows are (normal, tangent1,
-tangent2) exactly as in mjData.contact.frame. Functions are pure, jit/vmap-able, and
+tangent2) exactly as in mjData.contact.frame. Mesh geoms (type 7) carry their hull in
+`GeomFrame.mesh`. Functions are pure, jit/vmap-able, and
 have finite gradients everywhere.
 """
 
@@ -17,13 +18,22 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
+
+
+class MeshShape(NamedTuple):
+    """A mesh geom's convex hull (MuJoCo collides meshes as their hull), in the geom frame."""
+
+    vert: Float[Array, "v 3"]  # hull vertices (padded by repeating the first)
+    poly: Int[Array, "p k"]  # hull polygons as indices into vert, padded with -1
+    normal: Float[Array, "p 3"]  # outward polygon normals
 
 
 class GeomFrame(NamedTuple):
     pos: Float[Array, "3"]  # geom_xpos
     mat: Float[Array, "3 3"]  # geom_xmat; column k is the geom's k-th local axis in world
     size: Float[Array, "3"]  # geom_size
+    mesh: MeshShape | None = None  # mesh geoms only
 
 
 class Collision(NamedTuple):

@@ -48,7 +48,7 @@ from .. import linalg
 from ..math import make_frame, safe_norm
 from .base import Collision, GeomFrame
 
-SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = 2, 3, 4, 5, 6
+SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = 2, 3, 4, 5, 6, 7
 MINVAL = 1e-15  # mjMINVAL
 
 GJK_ITERATIONS = 64
@@ -90,6 +90,8 @@ def _core_support(kind: int, g: GeomFrame, d: Float[Array, "3"]) -> Float[Array,
         local = jnp.array([scl * m[0], scl * m[1], jnp.where(m[2] >= 0, s[1], -s[1])])
     elif kind == BOX:
         local = jnp.where(m >= 0, s, -s)
+    elif kind == MESH:  # the first hull vertex of largest projection (mjc_meshSupport's search)
+        local = g.mesh.vert[jnp.argmax(g.mesh.vert @ m)]
     else:
         raise ValueError(kind)
     return g.pos + g.mat @ local
@@ -297,27 +299,57 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
 # ------------------------------------------------------------------ Newton polish
 
 
-def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], radius_dir: Float[Array, "3"]):
-    """(sigma0, active): the witness's subgradient coordinates and which kinks it sits in."""
+def _mesh_feature(g: GeomFrame, witness: Float[Array, "3"], d: Float[Array, "3"], scale):
+    """The hull feature supporting direction d (a vertex, an edge or a face) as (sigma0, active,
+    vertex ids (v0, v1, v2)): the witness is v0 + sigma_1 (v1 - v0) + sigma_2 (v2 - v0) with the
+    active edges; the kink equations are d . (v_k - v0) = 0."""
+    vert = g.mesh.vert
+    h = vert @ (g.mat.T @ d)
+    tol = max(1e-6, 100 * float(jnp.finfo(h.dtype).eps)) * scale
+    support = h >= jnp.max(h) - tol
+    i0 = jnp.argmax(h)
+    rel = vert - vert[i0]
+    i1 = jnp.argmax(jnp.where(support, safe_norm(rel), -1.0))
+    e1 = rel[i1]
+    edge = safe_norm(e1) > tol
+    u = e1 / jnp.where(edge, safe_norm(e1), 1.0)
+    perp = safe_norm(rel - (rel @ u)[:, None] * u)
+    i2 = jnp.argmax(jnp.where(support, perp, -1.0))
+    face = edge & (perp[i2] > tol)
+    e2 = rel[i2]
+    p = g.mat.T @ (witness - g.pos) - vert[i0]
+    gram = jnp.array([[e1 @ e1, e1 @ e2], [e1 @ e2, e2 @ e2]])
+    coef = linalg.solve(jnp.where(face, gram, jnp.eye(2, dtype=h.dtype)), jnp.array([e1 @ p, e2 @ p]))
+    s1 = jnp.where(face, coef[0], jnp.where(edge, (e1 @ p) / jnp.where(edge, e1 @ e1, 1.0), 0.0))
+    s2 = jnp.where(face, coef[1], 0.0)
+    return jnp.array([s1, s2, 0.0]), jnp.array([edge, face, False]), jnp.stack([i0, i1, i2])
+
+
+def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], d: Float[Array, "3"], radius, scale):
+    """(sigma0, active, feature): the witness's subgradient coordinates, which kinks it sits in
+    and (meshes) the vertices of its hull feature."""
     s = g.size
-    local = linalg.solve(g.mat, witness - g.pos - radius_dir)  # inverse of the support's map
+    none = jnp.zeros(3, jnp.int32)
+    if kind == MESH:
+        return _mesh_feature(g, witness, d, scale)
+    local = linalg.solve(g.mat, witness - g.pos - radius * d)  # inverse of the support's map
     inside = 1.0 - KINK_TOLERANCE
     if kind == CAPSULE:
         sigma = jnp.array([0.0, 0.0, local[2] / s[1]])
-        return sigma, jnp.array([False, False, jnp.abs(sigma[2]) < inside])
+        return sigma, jnp.array([False, False, jnp.abs(sigma[2]) < inside]), none
     if kind == CYLINDER:
         radial = jnp.array([local[0], local[1]]) / s[0]
         cap = safe_norm(radial) < inside
         side = jnp.abs(local[2] / s[1]) < inside
         side = side & ~cap  # on the surface one of them is at its bound
-        return jnp.array([radial[0], radial[1], local[2] / s[1]]), jnp.array([cap, cap, side])
+        return jnp.array([radial[0], radial[1], local[2] / s[1]]), jnp.array([cap, cap, side]), none
     if kind == BOX:
         sigma = local / s
-        return sigma, jnp.abs(sigma) < inside
-    return jnp.zeros(3, witness.dtype), jnp.zeros(3, bool)
+        return sigma, jnp.abs(sigma) < inside, none
+    return jnp.zeros(3, witness.dtype), jnp.zeros(3, bool), none
 
 
-def _witness(kind: int, g: GeomFrame, d: Float[Array, "3"], sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
+def _witness(kind: int, g: GeomFrame, d: Float[Array, "3"], sigma: Float[Array, "3"], active: Bool[Array, " 3"], feature):
     """Support point in unit direction d with active kinks at their subgradient sigma.
 
     This is grad h(d) of the shape's support function h, with the kink terms
@@ -342,14 +374,22 @@ def _witness(kind: int, g: GeomFrame, d: Float[Array, "3"], sigma: Float[Array, 
         local = jnp.array([radial[0], radial[1], z])
     elif kind == BOX:
         local = jnp.where(active, sigma, jnp.sign(m)) * s
+    elif kind == MESH:
+        v = g.mesh.vert[feature]
+        local = v[0] + jnp.where(active[0], sigma[0], 0.0) * (v[1] - v[0]) + jnp.where(active[1], sigma[1], 0.0) * (v[2] - v[0])
     else:
         raise ValueError(kind)
     return g.pos + r * d + g.mat @ local
 
 
-def _kink_residual(g: GeomFrame, d, sigma, active):
-    """Equations of the kinks: m_k = 0 where active (m = R^T d), sigma_k (pinned at 0) elsewhere."""
+def _kink_residual(kind: int, g: GeomFrame, d, sigma, active, feature):
+    """Equations of the kinks: m_k = 0 where active (m = R^T d; for a mesh, m_k = d . unit edge k
+    of its feature), sigma_k (pinned at 0) elsewhere."""
     m = g.mat.T @ d
+    if kind == MESH:
+        edges = g.mesh.vert[feature[1:]] - g.mesh.vert[feature[0]]
+        unit = edges / jnp.maximum(safe_norm(edges), MINVAL)[:, None]
+        m = jnp.concatenate([unit @ m, jnp.zeros(1, m.dtype)])
     return jnp.where(active, m, sigma)
 
 
@@ -365,8 +405,8 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
     def solve(n0, a0, b0, g1, g2):
         frame = make_frame(n0)
         t1, t2 = frame[1], frame[2]
-        sig1, act1 = _active_kinks(k1, g1s, a0, r1 * n0)
-        sig2, act2 = _active_kinks(k2, g2s, b0, -r2 * n0)
+        sig1, act1, feat1 = _active_kinks(k1, g1s, a0, n0, r1, scale)
+        sig2, act2, feat2 = _active_kinks(k2, g2s, b0, -n0, r2, scale)
 
         def direction(x):
             n = n0 + x[0] * t1 + x[1] * t2
@@ -374,12 +414,12 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
 
         def residual(x, g1, g2):
             n = direction(x)
-            a = _witness(k1, g1, n, x[2:5], act1)
-            b = _witness(k2, g2, -n, x[5:8], act2)
+            a = _witness(k1, g1, n, x[2:5], act1, feat1)
+            b = _witness(k2, g2, -n, x[5:8], act2, feat2)
             gap = a - b
             gap_t = gap - n * jnp.dot(n, gap)  # must vanish: b - a = d n
             tangential = jnp.stack([jnp.dot(t1, gap_t), jnp.dot(t2, gap_t)]) / scale
-            kinks = (_kink_residual(g1, n, x[2:5], act1), _kink_residual(g2, -n, x[5:8], act2))
+            kinks = (_kink_residual(k1, g1, n, x[2:5], act1, feat1), _kink_residual(k2, g2, -n, x[5:8], act2, feat2))
             r = jnp.concatenate([tangential, *kinks])
             return r, r
 
@@ -397,7 +437,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - 1, lambda _, x: step(x, g1s, g2s), x)
         x = step(jax.lax.stop_gradient(x), g1, g2)
         n = direction(x)
-        return n, _witness(k1, g1, n, x[2:5], act1), _witness(k2, g2, -n, x[5:8], act2)
+        return n, _witness(k1, g1, n, x[2:5], act1, feat1), _witness(k2, g2, -n, x[5:8], act2, feat2)
 
     # pass 1 settles the witnesses, pass 2 re-reads which kinks they sit in (EPA's witness
     # can be off a feature boundary by its tolerance) and gives the derivative
@@ -408,7 +448,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
 # ------------------------------------------------------------------------- driver
 
 
-def _bound(kind: int, size) -> Float[Array, ""]:
+def _bound(kind: int, size, mesh=None) -> Float[Array, ""]:
     """A length scale of the shape (MuJoCo's rbound for these types)."""
     if kind == SPHERE:
         return size[0]
@@ -416,6 +456,8 @@ def _bound(kind: int, size) -> Float[Array, ""]:
         return size[0] + size[1]
     if kind == CYLINDER:
         return jnp.sqrt(size[0] ** 2 + size[1] ** 2)
+    if kind == MESH:
+        return jnp.max(safe_norm(mesh.vert))
     return safe_norm(size)
 
 
@@ -426,7 +468,7 @@ def convex_contact(k1: int, k2: int) -> Callable:
         dtype = g1.pos.dtype
         eps = jnp.finfo(dtype).eps
         gs1, gs2 = jax.lax.stop_gradient((g1, g2))
-        scale = jax.lax.stop_gradient(_bound(k1, g1.size) + _bound(k2, g2.size))
+        scale = jax.lax.stop_gradient(_bound(k1, g1.size, g1.mesh) + _bound(k2, g2.size, g2.mesh))
         tol = scale * jnp.sqrt(eps) * 1e-2  # GJK / EPA stopping tolerance (length)
         centre = gs2.pos - gs1.pos
         n_init = jnp.where(safe_norm(centre) > MINVAL, centre, jnp.array([1.0, 0.0, 0.0], dtype))

@@ -31,12 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..types import Contact, Data, Model, PairGroup, empty_contact
-from . import box, convex, multiccd, primitives
-from .base import Collision, GeomFrame
+from . import box, convex, mesh, multiccd, primitives
+from .base import Collision, GeomFrame, MeshShape
 from .primitives import BOX, CAPSULE, CYLINDER, ELLIPSOID, PLANE, SPHERE
 
 # (type1, type2) -> (narrow-phase function, contact slots per pair), type1 <= type2
-FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS, **multiccd.FUNCTIONS}
+FUNCTIONS = {**primitives.FUNCTIONS, **box.FUNCTIONS, **convex.FUNCTIONS, **multiccd.FUNCTIONS, **mesh.FUNCTIONS}
 
 _MINVAL = 1e-15  # mjMINVAL
 _MINMU = 1e-5  # mjMINMU: contact friction is clamped below by this
@@ -114,7 +114,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
             col, full = _narrow_phase_culled(fn, model, data, group.types, g1, g2, reach, capacity)
             overflow = overflow | full
         else:
-            col = jax.vmap(fn)(_frames(model, data, g1), _frames(model, data, g2), reach)
+            col = jax.vmap(fn)(_frames(model, data, g1, group.types[0]), _frames(model, data, g2, group.types[1]), reach)
         rep = lambda a: jnp.repeat(a, n_slots, axis=0)  # noqa: E731
         mask = col.valid.reshape(-1)
         parts.append(
@@ -135,13 +135,20 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
     return Contact(**{k: jnp.concatenate([p[k] for p in parts]) for k in parts[0]}, overflow=overflow)
 
 
-def _frames(model: Model, data: Data, geoms) -> GeomFrame:
-    return GeomFrame(data.geom_xpos[geoms], data.geom_xmat[geoms], model.geom_size[geoms])
+def _frames(model: Model, data: Data, geoms, geom_type: int) -> GeomFrame:
+    hull = None
+    if geom_type == mesh.MESH:
+        ids = jnp.asarray(model.topology.geom_dataid)[geoms]
+        hull = MeshShape(model.mesh_vert[ids], jnp.asarray(model.topology.mesh_polyvert)[ids], model.mesh_polynormal[ids])
+    return GeomFrame(data.geom_xpos[geoms], data.geom_xmat[geoms], model.geom_size[geoms], hull)
 
 
-def _half_extents(geom_type: int, mat: jax.Array, size: jax.Array) -> jax.Array:
+def _half_extents(geom_type: int, mat: jax.Array, size: jax.Array, hull: MeshShape | None = None) -> jax.Array:
     """Half-widths (n, 3) of the geoms' world-axis-aligned bounding boxes, from the current
-    sizes (so they follow a size changed at run time)."""
+    sizes (so they follow a size changed at run time). Meshes: the bounding box of the hull's
+    rotated vertices, centred on the geom frame (the hull need not be centred there)."""
+    if geom_type == mesh.MESH:
+        return jnp.max(jnp.abs(jnp.einsum("nij,nvj->nvi", mat, hull.vert)), axis=1)
     axis = jnp.abs(mat[..., 2])  # |z axis| components: the length direction of capsules and cylinders
     if geom_type == SPHERE:
         return jnp.broadcast_to(size[..., :1], axis.shape)
@@ -160,11 +167,11 @@ def broad_phase_distance(model: Model, data: Data, types: tuple[int, int], g1: n
     (infinite, as MuJoCo collides it), the height of the other's box above the plane."""
     x1, x2 = data.geom_xpos[g1], data.geom_xpos[g2]
     mat2 = data.geom_xmat[g2]
-    e2 = _half_extents(types[1], mat2, model.geom_size[g2])
+    e2 = _half_extents(types[1], mat2, model.geom_size[g2], _frames(model, data, g2, types[1]).mesh)
     if types[0] == PLANE:
         normal = data.geom_xmat[g1][:, :, 2]
         return jnp.sum(normal * (x2 - x1), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
-    e1 = _half_extents(types[0], data.geom_xmat[g1], model.geom_size[g1])
+    e1 = _half_extents(types[0], data.geom_xmat[g1], model.geom_size[g1], _frames(model, data, g1, types[0]).mesh)
     return jnp.max(jnp.abs(x2 - x1) - e1 - e2, axis=-1)
 
 
@@ -175,7 +182,7 @@ def _narrow_phase_culled(fn, model: Model, data: Data, types, g1, g2, reach, cap
     candidates = distance <= 0
     _, chosen = jax.lax.top_k(-jnp.where(jnp.isnan(distance), jnp.inf, distance), capacity)
     chosen_g1, chosen_g2 = jnp.asarray(g1)[chosen], jnp.asarray(g2)[chosen]
-    col = jax.vmap(fn)(_frames(model, data, chosen_g1), _frames(model, data, chosen_g2), reach[chosen])
+    col = jax.vmap(fn)(_frames(model, data, chosen_g1, types[0]), _frames(model, data, chosen_g2, types[1]), reach[chosen])
     n_slots = col.valid.shape[1]
     dtype = col.dist.dtype
     empty = Collision(

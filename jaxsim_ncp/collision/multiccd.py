@@ -240,7 +240,7 @@ def _quad(poly, m, one):
         return b, c, d, best, res
 
     start = (jnp.array(1), jnp.array(2), jnp.array(3), area(0, 1, 2, 3), jnp.arange(4))
-    return jax.lax.fori_loop(0, MAXV, outer, start)[4]
+    return jax.lax.fori_loop(0, poly.shape[0], outer, start)[4]
 
 
 def _farthest_pair(poly, m, one):
