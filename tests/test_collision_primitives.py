@@ -1,6 +1,6 @@
 """Narrow phase against MuJoCo's d.contact, and finite-difference gradient checks.
 
-For every pair in `collision.FUNCTIONS` except box-box (test_collision_box.py): a two-geom model, random poses (most of them in
+For every pair in `collision.FUNCTIONS` except box-box (test_collision_box.py) and meshes (test_mesh.py): a two-geom model, random poses (most of them in
 contact, some separated, a few exactly degenerate), the whole batch through one jit+vmap,
 contacts matched as sets by position. Gradients: one value_and_grad per pair, vmapped over
 the configurations and their central-difference perturbations (float64).
@@ -38,7 +38,8 @@ TOL = 1e-10
 CONVEX_TOL = {"dist": 1e-9, "pos": 5e-6, "frame": 3e-5}
 DEEPEST = -0.05
 IDQ = np.array([1.0, 0.0, 0.0, 0.0])
-PAIRS = sorted(pair for pair in FUNCTIONS if pair != (BOX, BOX))
+MESH = 7
+PAIRS = sorted(pair for pair in FUNCTIONS if pair != (BOX, BOX) and MESH not in pair)  # meshes: test_mesh.py
 GENERAL = {*convex.FUNCTIONS, *multiccd.FUNCTIONS}  # pairs through the GJK/EPA path (MuJoCo's mjc_Convex)
 
 

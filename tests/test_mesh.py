@@ -44,7 +44,8 @@ def _resting_scene():
 
 def _convex_scene():
     """Sphere, box and mesh bodies pressed into a static mesh from three sides (no gravity,
-    multiccd off: MuJoCo's single contact), MuJoCo's EPA run to a tight tolerance."""
+    multiccd off: MuJoCo's single contact), MuJoCo's EPA run to a tight tolerance; a tilted
+    mesh on a plane below (placed by _press)."""
     rng = np.random.default_rng(5)
     meshes = {"rock": _hull(rng, 40, [0.1, 0.08, 0.07]), "pebble": _hull(rng, 14, [0.04, 0.03, 0.03])}
     return f"""<mujoco><option gravity="0 0 0" ccd_tolerance="1e-13" ccd_iterations="500"><flag multiccd="disable"/></option>
@@ -53,13 +54,18 @@ def _convex_scene():
         <body pos="0.3 0 0"><freejoint/><geom type="sphere" size="0.04"/></body>
         <body pos="0 0.3 0" euler="15 25 35"><freejoint/><geom type="box" size="0.04 0.03 0.02"/></body>
         <body pos="0 0 0.3" euler="-20 10 40"><freejoint/><geom type="mesh" mesh="pebble"/></body>
+        <geom type="plane" pos="0 0 -1" size="5 5 .1" margin="0.05"/>
+        <body pos="0 0 -0.9" euler="3 -4 50"><freejoint/><geom type="mesh" mesh="rock"/></body>
         </worldbody></mujoco>"""
 
 
 def _press(m, d, depth=0.003):
-    """Move each free body towards the origin along its start offset until it penetrates the
-    static geom 0 by depth."""
-    for j in range(m.njnt):
+    """Move the first three free bodies towards the origin along their start offsets until they
+    penetrate the static geom 0 by depth; lower the fourth (geom 5) into the plane by depth."""
+    mujoco.mj_forward(m, d)
+    lowest = d.geom_xpos[5, 2] + np.min((m.mesh_vert[: m.mesh_vertnum[0]] @ d.geom_xmat[5].reshape(3, 3).T)[:, 2])
+    d.qpos[23] += -1.0 - lowest - depth
+    for j in range(3):
         adr = m.jnt_qposadr[j]
         start = d.qpos[adr : adr + 3].copy()
         for s in np.linspace(1.0, 0.0, 2001):
@@ -155,7 +161,7 @@ def convex():
 
 def test_sphere_box_mesh_against_mesh_match_mujoco(convex):
     m, d, model, value_and_grad = convex
-    assert d.ncon == 3
+    assert d.ncon == 3 + 3  # a contact with each of three bodies, three vertices within the plane's margin
     (_, contact), _ = value_and_grad(jnp.asarray(d.qpos))
     out = jsn.make_data(model).replace(contact=contact)
     _assert_contacts_match(model, out, d, 1e-8)
