@@ -7,7 +7,7 @@ own options (solver iterations included: the MJX humanoids ship `iterations=1`),
 report the largest qpos/qvel difference over the steps and the relative forward qacc
 difference at the start.
 
-    python experiments/mjx_test_data.py [--steps 100] [--only humanoid]
+    python experiments/mjx_test_data.py [--steps 100] [--only humanoid]   # --only: update those rows
 
 Writes experiments/results/mjx_test_data.csv.
 """
@@ -93,12 +93,18 @@ def main() -> None:
         jax.clear_caches()
     RESULTS.mkdir(exist_ok=True)
     keys = ["model", "status", "nv", "iterations", "ls_iterations", "qacc_rel_err", "max_state_err", "detail"]
-    with open(RESULTS / "mjx_test_data.csv", "w", newline="") as f:
+    csv_path = RESULTS / "mjx_test_data.csv"
+    if args.only and csv_path.exists():  # a partial run updates its rows of the full table
+        with open(csv_path, newline="") as f:
+            old = {r["model"]: r for r in csv.DictReader(f)}
+        rows = sorted((old | {r["model"]: r for r in rows}).values(), key=lambda r: r["model"])
+    with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, keys)
         writer.writeheader()
         writer.writerows(rows)
     loaded = [r for r in rows if r["status"] == "loaded"]
-    print(f"{len(loaded)} of {len(rows)} load; {sum(r['max_state_err'] <= 1e-6 for r in loaded)} follow MuJoCo to 1e-6 over {args.steps} steps")
+    follow = sum(float(r["max_state_err"]) <= 1e-6 for r in loaded)
+    print(f"{len(loaded)} of {len(rows)} load; {follow} follow MuJoCo to 1e-6 over {args.steps} steps")
 
 
 if __name__ == "__main__":

@@ -248,6 +248,7 @@ def from_mujoco(
         ),
         geom_fluid_interaction=bools(fluid_interaction),
         geom_dataid=ints(m.geom_dataid),
+        mesh_names=names(mujoco.mjtObj.mjOBJ_MESH, m.nmesh),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
     mesh_vert, mesh_polynormal, mesh_polyvert = _mesh_hulls(m, layout)

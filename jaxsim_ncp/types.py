@@ -153,6 +153,7 @@ class Topology:
     # mesh collision (collision/mesh.py): each geom's mesh (-1: none), and per mesh its convex hull's
     # polygons as vertex indices into Model.mesh_vert[mesh], padded with -1
     geom_dataid: tuple[int, ...] = ()
+    mesh_names: tuple[str, ...] = ()
     mesh_polyvert: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
     @property

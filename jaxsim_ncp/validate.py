@@ -45,6 +45,13 @@ def _element(model: Model, field: str, index: int) -> str:
         return f"contact pair #{index}"
     if field.startswith("eq_"):
         return f"equality #{index}"
+    if field.startswith("tendon_"):
+        return named("tendon", topo.tendon_names, index)
+    if field.startswith("mesh_"):
+        return named("mesh", topo.mesh_names, index)
+    for prefix, kind in (("site_", "site"), ("wrap_", "tendon path element"), ("sensor_", "sensor")):
+        if field.startswith(prefix):
+            return f"{kind} #{index}"
     return "option"
 
 

@@ -1,6 +1,7 @@
 """Mesh geoms (their convex hulls) against MuJoCo: plane-mesh contact sets and trajectories,
 sphere/box/mesh-mesh single contacts, finite-difference gradients, load-time refusals."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -173,7 +174,8 @@ def test_mesh_contact_gradients_match_finite_differences(convex):
                       value_and_grad=lambda q: (lambda out: (out[0][0], out[1]))(value_and_grad(q)))  # fmt: skip
 
 
-def test_mesh_manifolds_not_reproduced_are_refused():
+def test_mesh_refusals_and_validation():
+    """MuJoCo's multiccd mesh manifolds are refused by name; a non-finite hull names its mesh."""
     xml = f"""<mujoco><asset>{_mesh_assets({"cube": 0.05 * CUBE})}</asset><worldbody>
         <body><freejoint/><geom name="rod" type="capsule" size="0.02 0.1"/></body>
         <body pos="0 0 0.3"><freejoint/><geom name="block" type="mesh" mesh="cube"/></body></worldbody></mujoco>"""
@@ -181,3 +183,6 @@ def test_mesh_manifolds_not_reproduced_are_refused():
         jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml))
     model = jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml.replace("<worldbody>", '<option><flag multiccd="disable"/></option><worldbody>')))
     assert (3, 7) in {g.types for g in model.constraints.groups}
+    bad = eqx.tree_at(lambda mdl: mdl.mesh_vert, model, model.mesh_vert.at[0, 3, 1].set(jnp.nan))
+    with pytest.raises(jsn.ModelError, match='mesh_vert of mesh "cube": non-finite'):
+        jsn.check_model(bad)

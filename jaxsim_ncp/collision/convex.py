@@ -1,6 +1,7 @@
-"""General convex narrow phase: the ellipsoid pairs MuJoCo sends to mjc_Convex (GJK + EPA).
+"""General convex narrow phase: the ellipsoid and mesh pairs MuJoCo sends to mjc_Convex (GJK + EPA).
 
-Sphere-, capsule-, ellipsoid-, cylinder- and box-ellipsoid. MuJoCo returns one contact
+Sphere-, capsule-, ellipsoid-, cylinder- and box-ellipsoid, and every convex shape against a
+mesh's convex hull (`mesh.py`). MuJoCo returns one contact
 for them (multiccd off): the minimum-translation direction n between the two shapes (pointing
 from g1 to g2), the signed distance d along it (negative in penetration) and the
 midpoint of the two witness points. With the support functions h_1, h_2,
@@ -22,7 +23,10 @@ Three stages:
    answer and uses each shape's exact support function, in which boxes, cylinders and
    capsules have kinks (faces, edges, caps, the capsule side). Where the witness lies
    on such a feature, the subgradient coordinate sigma of that kink is an unknown and
-   the kink equation (n . axis = 0) is a constraint. The system is, with n(u, v) =
+   the kink equation (n . axis = 0) is a constraint. A mesh hull's features are its
+   vertices, edges and faces: the support set in the start direction (`_mesh_feature`)
+   gives a vertex v0 and up to two spanning edges e_k, the witness is v0 + sum sigma_k e_k
+   and the kink equations are n . e_k = 0. The system is, with n(u, v) =
    normalize(n0 + u t1 + v t2),
 
        t_i . (a(n, sigma) - b(n, sigma)) = 0   (i = 1, 2),    n . axis_k = 0  (active kinks).
