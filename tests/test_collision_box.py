@@ -110,7 +110,7 @@ def assert_match(expected, col, where=""):
 
 
 def stack(geoms):
-    return GeomFrame(*(jnp.asarray(np.stack(x)) for x in zip(*geoms)))
+    return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *geoms)
 
 
 batched = jax.jit(jax.vmap(box_box))

@@ -305,7 +305,7 @@ def test_gradients(pair):
     unflat = lambda a: GeomFrame(jnp.asarray(a[:, :3]), jnp.asarray(a[:, 3:12].reshape(-1, 3, 3)), jnp.asarray(a[:, 12:15]))  # noqa: E731
     g1, g2 = unflat(x[:, :15]), unflat(x[:, 15:])
     (value, col), grads = evaluate(pair, g1, g2, np.zeros(len(x)))
-    grad = np.concatenate([np.concatenate([leaf.reshape(len(x), -1) for leaf in g], 1) for g in grads], 1)
+    grad = np.concatenate([np.concatenate([leaf.reshape(len(x), -1) for leaf in jax.tree.leaves(g)], 1) for g in grads], 1)
     assert np.all(np.isfinite(grad)) and np.all(np.isfinite(value))
     stride = 1 + 2 * 30
     valid = col.valid
