@@ -487,20 +487,31 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     early_exit: a `while_loop` that stops once every world (of a vmapped batch) is done;
     otherwise a `lax.scan` of exactly `iterations` steps. The results are identical (a
     done world never moves); the loop is never differentiated (implicit gradients).
+    Returns (x, done, count), x the iterate with the smallest scaled residual.
     """
 
     def body(carry):
-        x, done, count = carry
+        x, done, count, best, best_res = carry
         x_new = step_fn(x, p, kappa)
         x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)  # never step into NaN
         x = jnp.where(done, x, x_new)
         count = count + (~done).astype(jnp.int32)
-        return x, done | (scaled_residual(x, p, kappa) <= tolerance), count
+        res = scaled_residual(x, p, kappa)
+        better = res < best_res
+        best, best_res = jnp.where(better, x, best), jnp.where(better, res, best_res)
+        return x, done | (res <= tolerance), count, best, best_res
 
-    carry = (x, skip | (scaled_residual(x, p, kappa) <= tolerance), jnp.zeros((), jnp.int32))
+    res0 = scaled_residual(x, p, kappa)
+    carry = (x, skip | (res0 <= tolerance), jnp.zeros((), jnp.int32), x, res0)
     if early_exit:
-        return jax.lax.while_loop(lambda c: ~c[1] & (c[2] < iterations), body, carry)
-    return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=iterations)[0]
+        carry = jax.lax.while_loop(lambda c: ~c[1] & (c[2] < iterations), body, carry)
+    else:
+        carry = jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=iterations)[0]
+    # the iterate with the smallest residual (the converged one, for a world that converged): one that
+    # ran out of iterations can have wandered far from where it came closest (humanoid at dt 0.05:
+    # residual 4e-6 at iteration 10, 3e-2 at iteration 30, and a 28 mm penetration from that step)
+    _, done, count, best, _ = carry
+    return best, done, count
 
 
 @functools.partial(jax.jit, static_argnames=("kappa", "kappa_grad", "tolerance", "iterations", "early_exit"))
