@@ -38,8 +38,7 @@ TOL = 1e-10
 CONVEX_TOL = {"dist": 1e-9, "pos": 5e-6, "frame": 3e-5}
 DEEPEST = -0.05
 IDQ = np.array([1.0, 0.0, 0.0, 0.0])
-MESH = 7
-PAIRS = sorted(pair for pair in FUNCTIONS if pair != (BOX, BOX) and MESH not in pair)  # meshes: test_mesh.py
+PAIRS = sorted(pair for pair in FUNCTIONS if pair != (BOX, BOX) and convex.MESH not in pair)  # meshes: test_mesh.py
 GENERAL = {*convex.FUNCTIONS, *multiccd.FUNCTIONS}  # pairs through the GJK/EPA path (MuJoCo's mjc_Convex)
 
 

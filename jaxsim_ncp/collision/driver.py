@@ -165,14 +165,13 @@ def broad_phase_distance(model: Model, data: Data, types: tuple[int, int], g1: n
     """A lower bound on each pair's distance (MuJoCo's broad phase): the gap between their
     world-axis-aligned bounding boxes along the most separating axis, or, against a plane
     (infinite, as MuJoCo collides it), the height of the other's box above the plane."""
-    x1, x2 = data.geom_xpos[g1], data.geom_xpos[g2]
-    mat2 = data.geom_xmat[g2]
-    e2 = _half_extents(types[1], mat2, model.geom_size[g2], _frames(model, data, g2, types[1]).mesh)
+    f1, f2 = _frames(model, data, g1, types[0]), _frames(model, data, g2, types[1])
+    e2 = _half_extents(types[1], f2.mat, f2.size, f2.mesh)
     if types[0] == PLANE:
-        normal = data.geom_xmat[g1][:, :, 2]
-        return jnp.sum(normal * (x2 - x1), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
-    e1 = _half_extents(types[0], data.geom_xmat[g1], model.geom_size[g1], _frames(model, data, g1, types[0]).mesh)
-    return jnp.max(jnp.abs(x2 - x1) - e1 - e2, axis=-1)
+        normal = f1.mat[:, :, 2]
+        return jnp.sum(normal * (f2.pos - f1.pos), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
+    e1 = _half_extents(types[0], f1.mat, f1.size, f1.mesh)
+    return jnp.max(jnp.abs(f2.pos - f1.pos) - e1 - e2, axis=-1)
 
 
 def _narrow_phase_culled(fn, model: Model, data: Data, types, g1, g2, reach, capacity: int):
