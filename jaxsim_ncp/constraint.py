@@ -115,6 +115,16 @@ def _quat_right(q):
     return jnp.array([[w, -x, -y, -z], [x, w, z, -y], [y, -z, w, x], [z, y, -x, w]])
 
 
+def _weld_rotation(model: Model, data: Data, k: int):
+    """Weld k's rotated relative pose q0r = q_1 relpose, the conjugate of q_2, and the linear map
+    from the relative angular velocity w_1 - w_2 to its rotational rows:
+    0.5 * torquescale * vec(conj(q_2) * (0, w) * q0r)."""
+    b1, b2 = model.eq_obj1id[k], model.eq_obj2id[k]
+    q0r = math.quat_mul(data.xquat[b1], model.eq_data[k, 6:10])
+    nq1 = math.quat_conj(data.xquat[b2])
+    return q0r, nq1, 0.5 * model.eq_data[k, 10] * (_quat_left(nq1) @ _quat_right(q0r))[1:, 1:]
+
+
 def _equality_rows(model: Model, data: Data) -> Rows:
     """connect (3 rows), weld (6 rows), joint and tendon (1 row) equalities (mj_instantiateEquality)."""
     layout = model.constraints
@@ -141,11 +151,8 @@ def _equality_rows(model: Model, data: Data) -> Rows:
             diag = jnp.full((3,), iw[b1, 0] + iw[b2, 0])
             if etype == _WELD:
                 ts = data_k[10]
-                q0r = math.quat_mul(data.xquat[b1], data_k[6:10])
-                nq1 = math.quat_conj(data.xquat[b2])
+                q0r, nq1, lin_map = _weld_rotation(model, data, k)
                 err = math.quat_mul(nq1, q0r)[1:] * ts
-                # rotational rows: 0.5 * ts * vec(neg(q1) * (0, w) * q0 relpose), linear in w
-                lin_map = 0.5 * ts * (_quat_left(nq1) @ _quat_right(q0r))[1:, 1:]
                 Jr = lin_map @ (jacr[0] - jacr[1])
                 # J_dot v of those rows, by the product rule (as mj_Jdotv, incl. its quaternion rates)
                 w1, w2 = data.cvel[b1, :3], data.cvel[b2, :3]
@@ -323,6 +330,61 @@ def _contact_rows(model: Model, data: Data) -> Rows:
         stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]),
         frictionloss=jnp.zeros_like(dist), jdot_v=jnp.zeros_like(dist),
     )  # fmt: skip
+
+
+def contact_force(model: Model, data: Data) -> Float[Array, "ncon 6"]:
+    """Each contact's force:torque in its own frame (normal, two tangents, torsion, rolling) from
+    efc_force (mj_contactForce); zero for contacts without rows. A pyramid decodes as
+    normal = sum of its edge forces, tangent k = mu_k (f_k+ - f_k-) (mju_decodePyramid)."""
+    layout = model.constraints
+    if layout.ncon == 0:
+        return jnp.zeros((0, 6), model.dtype)
+    start = layout.ne + layout.nf + layout.nl
+    f = jnp.where(data.efc_mask[start:], data.efc_force[start:], 0.0)
+    c, k, sign = layout.row_contact, layout.row_axis, layout.row_sign
+    out = jnp.zeros((layout.ncon * 6,), model.dtype)
+    if layout.cone == "elliptic":
+        return out.at[6 * c + k].add(f).reshape(-1, 6)
+    fric = data.contact.friction[c, np.maximum(k - 1, 0)]
+    out = out.at[6 * c].add(f).at[6 * c + k].add(jnp.where(jnp.asarray(k > 0), sign * fric * f, 0.0))
+    return out.reshape(-1, 6)
+
+
+def external_wrenches(model: Model, data: Data) -> Float[Array, "nbody 6"]:
+    """cfrc_ext of mj_rnePostConstraint: per body, the com-based wrench (torque; force about its
+    tree's subtree com) of xfrc_applied, contact forces and connect/weld constraint forces (the
+    wrench J^T efc_force of their rows on each body, as MuJoCo 4 reports it)."""
+    root_com = data.subtree_com[np.asarray(model.topology.body_rootid, dtype=np.int64)]
+
+    def at_com(body, point, torque, force):  # a world-frame wrench at `point`, moved to the com
+        return jnp.concatenate([torque + jnp.cross(point - root_com[body], force), force], axis=-1)
+
+    xfrc = data.xfrc_applied
+    cfrc = at_com(np.arange(model.nbody), data.xipos, xfrc[:, 3:], xfrc[:, :3])
+    layout = model.constraints
+    if layout.ncon:
+        local = contact_force(model, data)
+        frame_t = jnp.swapaxes(data.contact.frame, -1, -2)  # contact frame (rows: axes) -> world
+        force, torque = jnp.einsum("cij,cj->ci", frame_t, local[:, :3]), jnp.einsum("cij,cj->ci", frame_t, local[:, 3:])
+        body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]
+        pos = data.contact.pos
+        cfrc = cfrc.at[body[:, 0]].add(-at_com(body[:, 0], pos, torque, force))  # body 1 gets the opposite
+        cfrc = cfrc.at[body[:, 1]].add(at_com(body[:, 1], pos, torque, force))
+    row = 0
+    for k, etype in enumerate(layout.eq_types):
+        n = {_CONNECT: 3, _WELD: 6}.get(etype, 1)
+        if etype in (_CONNECT, _WELD):
+            force = data.efc_force[row : row + 3]
+            torque = jnp.zeros(3, model.dtype)
+            if etype == _WELD:  # the torque its rotational rows exert: their Jacobian's transpose
+                torque = _weld_rotation(model, data, k)[2].T @ data.efc_force[row + 3 : row + 6]
+            anchors = (model.eq_data[k, 0:3], model.eq_data[k, 3:6])
+            b1, b2 = model.eq_obj1id[k], model.eq_obj2id[k]
+            a1, a2 = anchors if etype == _CONNECT else anchors[::-1]
+            cfrc = cfrc.at[b1].add(at_com(b1, data.xmat[b1] @ a1 + data.xpos[b1], torque, force))
+            cfrc = cfrc.at[b2].add(-at_com(b2, data.xmat[b2] @ a2 + data.xpos[b2], torque, force))
+        row += n
+    return cfrc.at[0].set(0.0)  # the world body receives nothing
 
 
 def _concat(parts: list[Rows]) -> Rows:

@@ -29,7 +29,7 @@ from .types import (
     UnsupportedFeatureError,
     default_dtype,
 )
-from .validate import check_model
+from .validate import ModelError, check_model
 
 
 class MJCFError(ValueError):
@@ -221,6 +221,7 @@ def from_mujoco(
         geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom),
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
         site_bodyid=ints(m.site_bodyid),
+        site_type=ints(m.site_type),
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
         jnt_actgravcomp=bools(m.jnt_actgravcomp),
@@ -317,6 +318,7 @@ def from_mujoco(
         eq_solimp=f(np.reshape(m.eq_solimp, (-1, 5))[eq_ids]),
         site_pos=f(np.reshape(m.site_pos, (-1, 3))),
         site_quat=f(np.reshape(m.site_quat, (-1, 4))),
+        site_size=f(np.reshape(m.site_size, (-1, 3))),
         wrap_prm=f(m.wrap_prm),
         tendon_stiffness=f(m.tendon_stiffness),
         tendon_lengthspring=f(np.reshape(m.tendon_lengthspring, (-1, 2))),
@@ -341,7 +343,27 @@ def from_mujoco(
         actuator_actrange=f(m.actuator_actrange),
     )
     check_model(model)
+    _check_mass_matrix(m)
     return model
+
+
+def _check_mass_matrix(m: mujoco.MjModel) -> None:
+    """MuJoCo's own test (mjWARN_INERTIA) at qpos0: a singular joint-space inertia has no dynamics.
+
+    MuJoCo warns and then resets the state at every step; a redundant joint (three slide joints
+    plus a fourth in their plane) or a moving body without mass or armature causes it.
+    """
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    warning = d.warning[mujoco.mjtWarning.mjWARN_INERTIA]
+    if warning.number:
+        dof = int(warning.lastinfo)
+        joint = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[dof])) if dof < m.nv else "?"
+        raise ModelError(
+            f"the joint-space inertia matrix is singular at qpos0 (MuJoCo's mjWARN_INERTIA at dof {dof}, "
+            f"joint {joint!r}): a redundant joint or a moving body without mass; remove the redundant joint "
+            "or give it armature (joint/armature)"
+        )
 
 
 # ------------------------------------------------------------------ feature checks

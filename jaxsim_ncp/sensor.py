@@ -3,8 +3,12 @@
 Simulated (mjtSensor): joint, tendon and actuator position/velocity, ball joint quaternion
 and angular velocity, frame position/axes/quaternion (optionally in a reference frame),
 frame linear/angular velocity (world or reference frame: MuJoCo's relative velocity with
-the rotating-frame term), subtree com, site velocimeter, gyro and magnetometer, actuator
-force, actuator force at a joint or tendon, clock. Objects: body (inertial frame), xbody,
+the rotating-frame term), subtree com, linear velocity and angular momentum, site
+velocimeter, gyro and magnetometer, actuator force, actuator force at a joint or tendon,
+clock; and the acceleration-stage sensors that need the constraint forces: accelerometer,
+frame linear/angular acceleration, force and torque (the wrench a body receives from its
+parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
+point along the normal enters the site's zone). Objects: body (inertial frame), xbody,
 geom, site. A sensor's `cutoff` clips real values to [-cutoff, cutoff] and positive ones
 from above. Noise is not added (MuJoCo leaves it to the user). Other sensors are refused at
 load (io.py), naming the sensor.
@@ -12,12 +16,13 @@ load (io.py), naming the sensor.
 
 from __future__ import annotations
 
+import functools
 from enum import IntEnum
 
 import jax.numpy as jnp
 import numpy as np
 
-from . import math, smooth
+from . import constraint, math, smooth
 from .types import TRN_TENDON, Data, Model
 
 
@@ -33,8 +38,12 @@ class Obj(IntEnum):
 class Sens(IntEnum):
     """The mjtSensor types simulated here (same numbers)."""
 
+    TOUCH = 0
+    ACCELEROMETER = 1
     VELOCIMETER = 2
     GYRO = 3
+    FORCE = 4
+    TORQUE = 5
     MAGNETOMETER = 6
     JOINTPOS = 9
     JOINTVEL = 10
@@ -54,11 +63,16 @@ class Sens(IntEnum):
     FRAMEZAXIS = 30
     FRAMELINVEL = 31
     FRAMEANGVEL = 32
+    FRAMELINACC = 33
+    FRAMEANGACC = 34
     SUBTREECOM = 35
+    SUBTREELINVEL = 36
+    SUBTREEANGMOM = 37
     CLOCK = 45
 
 
 _REAL, _POSITIVE = 0, 1  # mjtDataType
+_SPHERE, _CAPSULE, _ELLIPSOID, _CYLINDER, _BOX = 2, 3, 4, 5, 6  # mjtGeom of a site's zone
 
 
 def _body_of(model: Model, objtype: int, objid: int) -> int:
@@ -95,7 +109,102 @@ def _velocity(model: Model, data: Data, objtype: int, objid: int, local: bool):
     return smooth.object_velocity(model, data, _body_of(model, objtype, objid), pos, rot if local else None)
 
 
-def _value(model: Model, data: Data, i: int):
+class _Shared:
+    """Quantities several sensors read, computed on first use (once per forward)."""
+
+    def __init__(self, model: Model, data: Data):
+        self.model, self.data = model, data
+
+    @functools.cached_property
+    def contact_force(self):
+        return constraint.contact_force(self.model, self.data)
+
+    @functools.cached_property
+    def rne_post(self):  # (cacc, cfrc_int)
+        return smooth.rne_post_constraint(self.model, self.data, constraint.external_wrenches(self.model, self.data))
+
+    @functools.cached_property
+    def subtree(self):  # (subtree_linvel, subtree_angmom)
+        return smooth.subtree_momentum(self.model, self.data)
+
+
+_MINVAL = 1e-15  # mjMINVAL
+
+
+def _ray_interval(inside_sq, a, b, c):
+    """[lo, hi]: the t where a t^2 + 2 b t + c <= 0 (a ray inside a convex quadric); empty as lo > hi.
+    `inside_sq` decides the degenerate a ~ 0 case (ray along the quadric's free axis)."""
+    det = b * b - a * c
+    root = jnp.where(det > 0, jnp.sqrt(jnp.where(det > 0, det, 1.0)), 0.0)
+    ok = a > _MINVAL
+    safe_a = jnp.where(ok, a, 1.0)
+    lo = jnp.where(ok, (-b - root) / safe_a, jnp.where(inside_sq, -jnp.inf, jnp.inf))
+    hi = jnp.where(ok, (-b + root) / safe_a, jnp.where(inside_sq, jnp.inf, -jnp.inf))
+    return jnp.where(ok & (det < 0), jnp.inf, lo), hi
+
+
+def _slab_interval(p, v, half):
+    """[lo, hi]: the t where |p + t v| <= half along one axis."""
+    moving = jnp.abs(v) > _MINVAL
+    safe_v = jnp.where(moving, v, 1.0)
+    t1, t2 = (-half - p) / safe_v, (half - p) / safe_v
+    inside = jnp.abs(p) <= half
+    lo = jnp.where(moving, jnp.minimum(t1, t2), jnp.where(inside, -jnp.inf, jnp.inf))
+    hi = jnp.where(moving, jnp.maximum(t1, t2), jnp.where(inside, jnp.inf, -jnp.inf))
+    return lo, hi
+
+
+def _ray_hits(zone: int, size, p, v):
+    """Whether rays p + t v, t >= 0 (zone's frame, (n, 3)) meet the solid zone: mju_rayGeom >= 0."""
+
+    def meets(*intervals):
+        lo = functools.reduce(jnp.maximum, [i[0] for i in intervals])
+        hi = functools.reduce(jnp.minimum, [i[1] for i in intervals])
+        return (lo <= hi) & (hi >= 0)
+
+    def ball(centre, radii):  # ellipsoid (a sphere with equal radii)
+        q, w = (p - centre) / radii, v / radii
+        c = jnp.sum(q * q, -1) - 1
+        return meets(_ray_interval(c <= 0, jnp.sum(w * w, -1), jnp.sum(w * q, -1), c))
+
+    def cylinder(radius, half_height):
+        c = jnp.sum(p[:, :2] ** 2, -1) - radius**2
+        a, b = jnp.sum(v[:, :2] ** 2, -1), jnp.sum(v[:, :2] * p[:, :2], -1)
+        return meets(_ray_interval(c <= 0, a, b, c), _slab_interval(p[:, 2], v[:, 2], half_height))
+
+    r = size[0]
+    if zone == _SPHERE:
+        return ball(jnp.zeros(3, p.dtype), r)
+    if zone == _ELLIPSOID:
+        return ball(jnp.zeros(3, p.dtype), size)
+    if zone == _CYLINDER:
+        return cylinder(r, size[1])
+    if zone == _CAPSULE:
+        cap = jnp.zeros(3, p.dtype).at[2].set(size[1])
+        return cylinder(r, size[1]) | ball(cap, r) | ball(-cap, r)
+    if zone == _BOX:
+        return meets(*(_slab_interval(p[:, k], v[:, k], size[k]) for k in range(3)))
+    raise ValueError(f"a touch sensor's site has geom type {zone}: not a solid zone")
+
+
+def _touch(model: Model, data: Data, shared: _Shared, site: int):
+    """Sum of the normal forces of contacts on the site's body whose ray from the contact point along
+    the normal (pointing away from the other body) enters the site's zone (mjSENS_TOUCH)."""
+    topo = model.topology
+    body = topo.site_bodyid[site]
+    contact_body = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]
+    mine = np.flatnonzero((contact_body[:, 0] == body) | (contact_body[:, 1] == body))
+    if mine.size == 0:
+        return jnp.zeros(1, model.dtype)
+    normal_force = shared.contact_force[mine, 0]
+    flip = np.where(contact_body[mine, 1] == body, -1.0, 1.0)
+    ray = data.contact.frame[mine, 0] * jnp.asarray(flip, model.dtype)[:, None]
+    rot = data.site_xmat[site]
+    hit = _ray_hits(topo.site_type[site], model.site_size[site], (data.contact.pos[mine] - data.site_xpos[site]) @ rot, ray @ rot)
+    return jnp.sum(jnp.where(hit & (normal_force > 0), normal_force, 0.0), keepdims=True)
+
+
+def _value(model: Model, data: Data, i: int, shared: _Shared):
     """The value of sensor i (a 1-D array of its dimension)."""
     topo = model.topology
     kind = Sens(topo.sensor_type[i])
@@ -125,6 +234,20 @@ def _value(model: Model, data: Data, i: int):
         return jnp.reshape(jnp.sum(data.actuator_force[np.asarray(on, dtype=np.int64)]), (1,))
     if kind == Sens.SUBTREECOM:
         return data.subtree_com[objid]
+    if kind in (Sens.SUBTREELINVEL, Sens.SUBTREEANGMOM):
+        return shared.subtree[kind - Sens.SUBTREELINVEL][objid]
+    if kind == Sens.TOUCH:
+        return _touch(model, data, shared, objid)
+    if kind in (Sens.FORCE, Sens.TORQUE):  # cfrc_int at the site, in the site's axes
+        body = topo.site_bodyid[objid]
+        wrench = shared.rne_post[1][body]
+        torque = wrench[:3] - jnp.cross(data.site_xpos[objid] - data.subtree_com[topo.body_rootid[body]], wrench[3:])
+        return data.site_xmat[objid].T @ (wrench[3:] if kind == Sens.FORCE else torque)
+    if kind in (Sens.ACCELEROMETER, Sens.FRAMELINACC, Sens.FRAMEANGACC):
+        pos, rot = _frame(data, objtype, objid)
+        local = rot if kind == Sens.ACCELEROMETER else None
+        ang, lin = smooth.object_acceleration(model, data, shared.rne_post[0], _body_of(model, objtype, objid), pos, local)
+        return ang if kind == Sens.FRAMEANGACC else lin
     if kind in (Sens.VELOCIMETER, Sens.GYRO):
         ang, lin = _velocity(model, data, Obj.SITE, objid, local=True)
         return lin if kind == Sens.VELOCIMETER else ang
@@ -158,7 +281,8 @@ def sensors(model: Model, data: Data) -> Data:
     topo = model.topology
     if not topo.sensor_type:
         return data
-    values = jnp.concatenate([jnp.asarray(_value(model, data, i), model.dtype) for i in range(len(topo.sensor_type))])
+    shared = _Shared(model, data)
+    values = jnp.concatenate([jnp.asarray(_value(model, data, i, shared), model.dtype) for i in range(len(topo.sensor_type))])
     dim = np.asarray(topo.sensor_dim, dtype=np.int64)
     datatype = np.repeat(np.asarray(topo.sensor_datatype, dtype=np.int64), dim)
     cutoff = jnp.repeat(model.sensor_cutoff, dim, total_repeat_length=int(dim.sum()))

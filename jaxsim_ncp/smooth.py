@@ -224,15 +224,63 @@ def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Arra
     return jacp * chain[:, None, :], ang.T[None] * chain[:, None, :]
 
 
-def object_velocity(model: Model, data: Data, body, pos, rot=None):
-    """(angular, linear) velocity of frames at `pos` fixed to `body` (scalars or arrays), in the
-    world axes or, given `rot`, in the frames' own axes (mj_objectVelocity)."""
+def _motion_at(model: Model, data: Data, motion, body, pos, rot=None):
+    """A com-based motion vector (angular; linear at the root's subtree com) of `body`, moved to
+    `pos` and, given `rot`, expressed in that frame's axes (mju_transformSpatial of a motion)."""
     root = np.asarray(model.topology.body_rootid, dtype=np.int64)[body]
-    ang = data.cvel[body, :3]
-    lin = data.cvel[body, 3:] + jnp.cross(ang, pos - data.subtree_com[root])  # cvel is at the root's subtree com
+    ang = motion[body, :3]
+    lin = motion[body, 3:] + jnp.cross(ang, pos - data.subtree_com[root])
     if rot is None:
         return ang, lin
     return jnp.einsum("...ji,...j->...i", rot, ang), jnp.einsum("...ji,...j->...i", rot, lin)
+
+
+def object_velocity(model: Model, data: Data, body, pos, rot=None):
+    """(angular, linear) velocity of frames at `pos` fixed to `body` (scalars or arrays), in the
+    world axes or, given `rot`, in the frames' own axes (mj_objectVelocity)."""
+    return _motion_at(model, data, data.cvel, body, pos, rot)
+
+
+def object_acceleration(model: Model, data: Data, cacc, body: int, pos, rot=None):
+    """(angular, linear) acceleration of a frame at `pos` fixed to `body` (mj_objectAcceleration):
+    cacc moved to `pos` plus the rotating-frame term w x v (a static body reads -gravity)."""
+    ang, lin = _motion_at(model, data, cacc, body, pos, rot)
+    w, v = object_velocity(model, data, body, pos, rot)
+    return ang, lin + jnp.cross(w, v)
+
+
+def rne_post_constraint(model: Model, data: Data, cfrc_ext):
+    """Body accelerations cacc and the wrench each body receives from its parent, cfrc_int, with
+    the final qacc and the external wrenches cfrc_ext (com-based, nbody x 6; mj_rnePostConstraint):
+
+        cacc[b]      = -gravity + sum over b's dofs and their ancestors' of cdof_dot qvel + cdof qacc
+        cfrc_int[b]  = sum over b's subtree of (cinert cacc + cvel x* cinert cvel - cfrc_ext)
+    """
+    topo = model.topology
+    gravity = jnp.zeros(3, model.dtype) if model.opt.disabled("gravity") else model.opt.gravity
+    world_acc = jnp.concatenate([jnp.zeros(3, model.dtype), -gravity])
+    dof_acc = data.cdof_dot * data.qvel[:, None] + data.cdof * data.qacc[:, None]
+    cacc = world_acc + _mask(model, topo.body_dof_chain) @ dof_acc
+    momentum = jnp.einsum("bij,bj->bi", data.cinert, data.cvel)
+    cfrc_body = jnp.einsum("bij,bj->bi", data.cinert, cacc) + math.cross_force(data.cvel, momentum)
+    cfrc_body = cfrc_body.at[0].set(0.0)  # the world body's own term (MuJoCo starts it at zero)
+    return cacc, _subtree(model) @ (cfrc_body - cfrc_ext.at[0].set(0.0))
+
+
+def subtree_momentum(model: Model, data: Data):
+    """Per body: its subtree's linear velocity (momentum / subtree mass) and angular momentum about
+    the subtree com (mj_subtreeVel), sum over the subtree of I_c w_c + m_c (x_c - com) x v_c."""
+    nbody = model.nbody
+    body = np.arange(nbody)
+    w, v = object_velocity(model, data, body, data.xipos)  # each body's com velocity
+    mass = model.body_mass
+    subtree = _subtree(model)
+    subtree_mass = subtree @ mass
+    momentum = subtree @ (mass[:, None] * v)
+    linvel = momentum / jnp.maximum(1e-15, subtree_mass)[:, None]  # mjMINVAL
+    spin = jnp.einsum("bij,bj,bkj,bk->bi", data.ximat, model.body_inertia, data.ximat, w)
+    angmom = subtree @ (spin + mass[:, None] * jnp.cross(data.xipos, v)) - jnp.cross(data.subtree_com, momentum)
+    return linvel, angmom
 
 
 def wrench_moment(model: Model, data: Data, body: np.ndarray, pos, force, torque):

@@ -147,6 +147,7 @@ class Topology:
     sensor_refid: tuple[int, ...] = ()
     sensor_dim: tuple[int, ...] = ()
     sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
+    site_type: tuple[int, ...] = ()  # mjtGeom of each site's shape (a touch sensor's zone)
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()
@@ -470,6 +471,7 @@ class Model(eqx.Module):
     # sites and tendons (path elements: wrap_prm is a fixed tendon's joint coefficient or a pulley's divisor)
     site_pos: Float[Array, "nsite 3"]
     site_quat: Float[Array, "nsite 4"]
+    site_size: Float[Array, "nsite 3"]
     wrap_prm: Float[Array, " nwrap"]
     tendon_stiffness: Float[Array, " ntendon"]
     tendon_lengthspring: Float[Array, "ntendon 2"]  # spring deadband [lower, upper]

@@ -267,3 +267,14 @@ def test_unrolled_newton_gradient_does_not_amplify_round_off_at_rest():
     for q, v in zip(qpos, qvel):
         J = np.asarray(velocity_jacobian(jnp.asarray(q, jnp.float32), jnp.asarray(v, jnp.float32)))
         assert np.all(np.isfinite(J)) and np.abs(J[6:, 6:]).max() <= 1.0 + 1e-4
+
+
+def test_a_singular_mass_matrix_is_refused_at_load():
+    """Four slide joints on one body (the mjx test model general_dyntype.xml): M is singular, MuJoCo
+    warns (mjWARN_INERTIA) and resets every step; we refuse the model, naming the dof's joint."""
+    xml = """<mujoco><worldbody><body><joint name="x" type="slide" axis="1 0 0"/><joint type="slide" axis="0 1 0"/>
+      <joint type="slide" axis="0 0 1"/><joint type="slide" axis="1 1 0"/><geom type="box" size=".05 .05 .05"/>
+      </body></worldbody></mujoco>"""
+    with pytest.raises(jsn.ModelError, match="inertia matrix is singular at qpos0.*joint 'x'"):
+        jsn.load_mjcf(xml)
+    jsn.load_mjcf(xml.replace('axis="1 1 0"', 'axis="1 1 0" armature="0.01"'))  # armature makes it regular

@@ -117,9 +117,127 @@ def test_sensor_gradients_match_finite_differences():
         np.testing.assert_allclose(jac[:, i], (f(x + e) - f(x - e)) / 2e-6, rtol=1e-5, atol=1e-6)
 
 
+CONTACT_SCENE = """
+<mujoco model="acceleration-stage sensors">
+  <option timestep="0.002" cone="{cone}"/>
+  <worldbody>
+    <geom type="plane" size="5 5 .1"/>
+    <site name="world_site" pos="0 0 1"/>
+    <body name="box" pos="0 0 0.11" euler="3 2 10">
+      <freejoint/>
+      <geom type="box" size="0.1 0.07 0.1"/>
+      <site name="box_corner" type="box" pos="0.1 0.07 -0.1" size="0.03 0.03 0.03"/>
+      <site name="box_imu" pos="0.02 0.01 0" euler="10 20 30"/>
+    </body>
+    <body name="ball" pos="0.5 0 0.1">
+      <freejoint/>
+      <geom type="sphere" size="0.1" condim="6"/>
+      <site name="ball_zone" type="sphere" size="0.12"/>
+    </body>
+    <body name="rod" pos="-0.5 0 0.05" euler="0 90 0">
+      <freejoint/>
+      <geom type="capsule" size="0.04 0.2" condim="1"/>
+      <site name="rod_end" type="capsule" pos="0 0 0.2" size="0.05 0.03"/>
+      <site name="rod_half" type="cylinder" pos="0 0 0.1" size="0.05 0.12"/>
+      <site name="rod_ellipsoid" type="ellipsoid" pos="0 0 -0.15" size="0.05 0.06 0.08"/>
+    </body>
+    <body name="arm" pos="0 1 1">
+      <joint name="hinge" type="hinge" axis="0 1 0" damping="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+      <site name="arm_site" pos="0.15 0.01 0" euler="0 30 0"/>
+      <body name="forearm" pos="0.3 0 0">
+        <joint type="ball"/>
+        <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.025"/>
+        <site name="forearm_site" pos="0.1 0 0.02"/>
+        <body name="hand" pos="0.3 0 0">
+          <joint type="slide" axis="1 0 0"/>
+          <geom type="sphere" size="0.04"/>
+          <site name="hand_site"/>
+        </body>
+      </body>
+    </body>
+    <body name="link" pos="1 1 1">
+      <joint type="ball"/>
+      <geom type="box" size="0.05 0.05 0.2" pos="0 0 -0.2"/>
+      <site name="link_site" pos="0 0 -0.1"/>
+    </body>
+    <body name="mocap" mocap="true" pos="2 2 1" euler="10 0 0"><site name="mocap_site"/></body>
+    <body name="welded" pos="1.3 1 1">
+      <freejoint/>
+      <geom type="box" size="0.05 0.05 0.05"/>
+      <site name="welded_site" euler="5 5 5"/>
+    </body>
+  </worldbody>
+  <equality>
+    <connect body1="link" body2="world" anchor="0 0 -0.4"/>
+    <weld body1="welded" body2="link" relpose="0.3 0 0 1 0 0 0"/>
+  </equality>
+  <actuator><motor joint="hinge"/></actuator>
+  <sensor>
+    <touch site="box_corner"/>
+    <touch site="ball_zone"/>
+    <touch site="rod_end"/>
+    <touch site="rod_half"/>
+    <touch site="rod_ellipsoid"/>
+    <accelerometer site="box_imu"/>
+    <accelerometer site="forearm_site"/>
+    <accelerometer site="world_site"/>
+    <accelerometer site="mocap_site"/>
+    <force site="arm_site"/>
+    <torque site="arm_site"/>
+    <force site="hand_site"/>
+    <torque site="forearm_site"/>
+    <force site="link_site"/>
+    <torque site="welded_site"/>
+    <force site="box_imu"/>
+    <framelinacc objtype="site" objname="hand_site"/>
+    <frameangacc objtype="body" objname="forearm"/>
+    <framelinacc objtype="xbody" objname="ball"/>
+    <frameangacc objtype="site" objname="world_site"/>
+    <subtreelinvel body="arm"/>
+    <subtreeangmom body="arm"/>
+    <subtreeangmom body="world"/>
+    <subtreelinvel body="box"/>
+  </sensor>
+</mujoco>
+"""
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_acceleration_stage_sensors_match_mujoco(cone):
+    """Touch (zones of every shape), accelerometer, force, torque, frame accelerations and subtree
+    momenta along a contact rollout with connect/weld constraints and applied wrenches: they read
+    the contact and constraint forces, so this checks their decoding (pyramid edges, frames, the
+    weld's torque) against MuJoCo."""
+    m = mujoco.MjModel.from_xml_string(CONTACT_SCENE.format(cone=cone))
+    model = jsn.from_mujoco(m)
+    d = mujoco.MjData(m)
+    rng = np.random.default_rng(0)
+    d.qvel[:] = 0.3 * rng.normal(size=m.nv)
+    d.xfrc_applied[2] = [1, 2, 3, 0.1, 0.2, 0.3]  # on the ball and on the forearm
+    d.xfrc_applied[5] = [0, 1, -3, 0.1, 0, 0.3]
+    data = to_data(model, d).replace(xfrc_applied=jnp.asarray(d.xfrc_applied))
+    ctrl = np.sin(0.1 * np.arange(100))[:, None]
+    ref = mujoco_rollout(m, d, ctrl, lambda d: d.sensordata)
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
+    scale = np.maximum(1.0, np.abs(ref))
+    np.testing.assert_array_less(np.abs(np.asarray(traj.sensordata) - ref) / scale, 1e-9)
+    felt = np.count_nonzero(ref[:, :5], axis=0)  # steps in which each touch zone reads a force
+    assert np.all(felt > 10) and np.any(felt < 60)  # every zone is exercised, and some only part of the time
+    if cone == "pyramidal":  # gradients through the contact solve: d(readings . w) / d(qvel) against central differences
+        state = jax.tree.map(lambda x: x[60], traj)
+        weights = jnp.asarray(np.random.default_rng(1).normal(size=m.nsensordata))
+        loss = jax.jit(jax.value_and_grad(lambda v: jsn.forward(model, state.replace(qvel=v)).sensordata @ weights))
+        grad = loss(state.qvel)[1]
+        for i in (0, 4, 8, 15, 20):
+            e = jnp.zeros(m.nv).at[i].set(1e-6)
+            fd = (loss(state.qvel + e)[0] - loss(state.qvel - e)[0]) / 2e-6
+            np.testing.assert_allclose(grad[i], fd, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     "sensor,match",
-    [("<touch name='feel' site='s'/>", "sensor 'feel' of type touch"),
+    [("<rangefinder name='lidar' site='s'/>", "sensor 'lidar' of type rangefinder"),
      ("<framepos name='cam' objtype='camera' objname='c'/>", "sensor 'cam' on a camera")],
 )
 def test_unsupported_sensors_are_refused_by_name(sensor, match):
