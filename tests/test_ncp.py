@@ -252,3 +252,21 @@ def test_an_unconverged_solve_returns_its_best_iterate():
     assert np.all(np.diff(res) <= 0.0), res
     assert np.all(count <= np.asarray(budgets)) and np.all(res[done] <= tolerance)
     assert res[29] < 1e-4, res  # the default budget of 30
+
+
+def test_a_redundant_equality_row_converges_with_bounded_impulses():
+    """A connect 0.4 m below a ball joint's centre leaves only the spin about that axis free, and
+    its third row is redundant (no velocity changes it to first order, its drift is second order).
+    Without the equality rows' regularization the solve stalled on that drift (3 of 30 steps
+    unconverged) and reported impulses of 1e20; the motion must stay the free spin."""
+    xml = """<mujoco><option timestep="0.01"/><worldbody><body name="b" pos="0 0 1"><joint type="ball" damping="0.01"/>
+      <geom type="box" size="0.05 0.05 0.2" pos="0 0 -0.2"/></body></worldbody>
+      <equality><connect body1="b" body2="world" anchor="0 0 -0.4"/></equality></mujoco>"""
+    model = jsn.load_mjcf(xml, solver="ncp")
+    data = jsn.make_data(model).replace(qvel=jnp.array([0.3, 0.2, 3.0]))  # off-axis velocity the connect removes
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.zeros((30, 0)))
+    assert np.all(traj.solver_converged)
+    # N: the first step stops the off-axis rotation (~17 N over 0.01 s); after it the box, 6.3 N,
+    # hangs from its joint and the connect carries (almost) nothing
+    assert np.max(np.abs(traj.efc_force[1:])) < 1.0
+    assert np.max(np.abs(traj.qvel[5:, :2])) < 1e-5 and np.all(traj.qvel[:, 2] > 1.0)

@@ -13,10 +13,15 @@ tied together by
     s     = gap + h J_n v           (the gap at the next configuration, linearized)
     eta_t = J_t v                   (tangential velocity: maximum dissipation, eq. 20)
     xi_0  = mu gamma                (cone radius, eq. 21)
-    0     = pos_e + h J_e v         (equality constraints, bilateral)
+    0     = pos_e + h J_e v + delta L lambda / P_e   (equality constraints, bilateral)
 
 with M the integrator's effective mass (M + h B for Euler with implicit damping), so
 xi_t opposes the sliding velocity with magnitude mu gamma and gamma s = 0 at kappa = 0.
+delta = 0.01 sqrt(eps) (1.5e-10 in float64) keeps redundant equality rows solvable: a
+connect closing a loop with a ball joint has a row no velocity can change, whose drift
+(second order in the rotation) made the impulse grow to 1e20 and the solve stall; with
+delta the impulse along such a row stays drift / delta, and a loaded row gives way by
+only delta L per unit of scaled impulse.
 Frictionless units (limits, condim-1 contacts) fix xi = eta = e; inactive units
 (out of detection range) are frozen at the starting point and exert nothing.
 
@@ -53,6 +58,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .. import linalg
@@ -161,8 +167,13 @@ def residual(x, p: Problem, kappa) -> Array:
         u, Jv, p.gap, p.h, p.mu, p.L, p.V, kappa, p.active, p.friction
     )
     r_v = p.M @ v - p.momentum - p.Je.T @ (p.Pe * le) - jnp.einsum("ckn,ck->n", p.J, _unit_force(u, p))
-    r_e = (p.pos_e + p.h * (p.Je @ v)) / p.L
+    r_e = (p.pos_e + p.h * (p.Je @ v)) / p.L + _equality_regularization(p.M.dtype) * le
     return _pack(r_v, r_e, r_u)
+
+
+def _equality_regularization(dtype) -> float:
+    """delta of the equality rows (module docstring): far below the tolerance, above roundoff."""
+    return 0.01 * float(np.sqrt(np.finfo(dtype).eps))
 
 
 class Factor(NamedTuple):
@@ -170,7 +181,7 @@ class Factor(NamedTuple):
 
     unit_inv: Array  # (nu, 8, 8): A^-1, A = d r_u / d u (cone rows in NT form during the iterations)
     AinvB: Array  # (nu, 8, 3): A^-1 d r_u / d(J v)
-    system_lu: tuple  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, 0]]
+    system_lu: tuple  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, delta I]]
 
 
 def _arrow_inv(a):
@@ -227,7 +238,7 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
     ne = p.Je.shape[0]
     top = jnp.concatenate([H, -p.Je.T * p.Pe[None, :]], axis=1)
-    bottom = jnp.concatenate([p.h * p.Je / p.L, jnp.zeros((ne, ne), H.dtype)], axis=1)
+    bottom = jnp.concatenate([p.h * p.Je / p.L, _equality_regularization(H.dtype) * jnp.eye(ne, dtype=H.dtype)], axis=1)
     return Factor(unit_inv, AinvB, linalg.lu_factor(jnp.concatenate([top, bottom])))
 
 
@@ -394,7 +405,7 @@ def _term_magnitudes(x, p: Problem) -> Array:
         jnp.abs(p.M) @ jnp.abs(v) + jnp.abs(p.momentum) + jnp.abs(p.Je.T) @ jnp.abs(p.Pe * le)
         + jnp.einsum("ckn,ck->n", jnp.abs(p.J), jnp.abs(_unit_force(u, p)))
     )  # fmt: skip
-    m_e = (jnp.abs(p.pos_e) + p.h * (jnp.abs(p.Je) @ jnp.abs(v))) / p.L
+    m_e = (jnp.abs(p.pos_e) + p.h * (jnp.abs(p.Je) @ jnp.abs(v))) / p.L + _equality_regularization(p.M.dtype) * jnp.abs(le)
     m_gap = jnp.abs(s) + (jnp.abs(p.gap) + p.h * Jv[:, 0]) / p.L
     m_t = eta[:, 1:] + Jv[:, 1:] / p.V
     m_radius = xi[:, 0] + p.mu * gamma
