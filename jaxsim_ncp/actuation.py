@@ -71,7 +71,31 @@ def transmission(model: Model, data: Data):
         )  # fmt: skip
         length = jnp.where(on_site, 0.0, length)
         moment = jnp.where(on_site[:, None], wrench_moment, moment)
+        for a in np.flatnonzero(np.asarray(topo.actuator_refsite) >= 0):
+            ref_length, ref_moment = _refsite_transmission(model, data, int(a))
+            length, moment = length.at[a].set(ref_length), moment.at[a].set(ref_moment)
     return length, moment
+
+
+def _refsite_transmission(model: Model, data: Data, a: int):
+    """Site transmission measured from a reference site (mj_transmission): length = gear . (the
+    site's position in the refsite's frame, the rotation vector from the refsite's orientation to
+    the site's); moment = the site-minus-refsite Jacobians, with the columns of the dofs both
+    hang from cleared, projected on the gear in the refsite's frame."""
+    topo = model.topology
+    site, ref = topo.actuator_trnid[a], topo.actuator_refsite[a]
+    body = np.asarray(topo.site_bodyid, dtype=np.int64)[[site, ref]]
+    gear, ref_rot = model.actuator_gear[a], data.site_xmat[ref]
+    offset = ref_rot.T @ (data.site_xpos[site] - data.site_xpos[ref])
+    quat = math.quat_mul(data.xquat[body[0]], model.site_quat[site])
+    ref_quat = math.quat_mul(data.xquat[body[1]], model.site_quat[ref])
+    rotation = math.quat_to_rotvec(math.quat_mul(math.quat_conj(ref_quat), quat))
+    jacp, jacr = smooth.point_jacobian(model, data, body, data.site_xpos[np.array([site, ref])])
+    keep = np.ones(model.nv)
+    keep[list(topo.actuator_refsite_shared_dofs[a])] = 0.0
+    keep = jnp.asarray(keep, model.dtype)
+    moment = ((jacp[0] - jacp[1]) * keep).T @ (ref_rot @ gear[:3]) + ((jacr[0] - jacr[1]) * keep).T @ (ref_rot @ gear[3:])
+    return offset @ gear[:3] + rotation @ gear[3:], moment
 
 
 def _time_constant(model: Model):

@@ -222,6 +222,11 @@ def from_mujoco(
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
         site_bodyid=ints(m.site_bodyid),
         site_type=ints(m.site_type),
+        actuator_refsite=tuple(
+            int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SITE) else -1
+            for a in range(m.nu)
+        ),
+        actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
         jnt_actgravcomp=bools(m.jnt_actgravcomp),
@@ -347,6 +352,28 @@ def from_mujoco(
     return model
 
 
+def _refsite_shared_dofs(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
+    """The dof chain both sites of a refsite transmission hang from (mj_transmission clears it)."""
+    site, ref = (int(i) for i in m.actuator_trnid[a])
+    if int(m.actuator_trntype[a]) != int(mujoco.mjtTrn.mjTRN_SITE) or ref < 0:
+        return ()
+    last = []
+    for s in (site, ref):  # the last dof of the body each site is welded to (-1: none)
+        b = int(m.body_weldid[m.site_bodyid[s]])
+        last.append(int(m.body_dofadr[b]) + int(m.body_dofnum[b]) - 1 if m.body_dofnum[b] else -1)
+    d0, d1 = last
+    while d0 >= 0 and d1 >= 0 and d0 != d1:  # climb the deeper one until they meet
+        if d0 < d1:
+            d1 = int(m.dof_parentid[d1])
+        else:
+            d0 = int(m.dof_parentid[d0])
+    chain = []
+    while d0 >= 0 and d0 == d1:
+        chain.append(d0)
+        d0 = d1 = int(m.dof_parentid[d0])
+    return tuple(chain)
+
+
 def _check_mass_matrix(m: mujoco.MjModel) -> None:
     """MuJoCo's own test (mjWARN_INERTIA) at qpos0: a singular joint-space inertia has no dynamics.
 
@@ -449,8 +476,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         if trntype not in {int(t) for t in supported}:
             trn = mujoco.mjtTrn(trntype).name
             unsupported(f"actuator {aname!r} transmission {trn} (only joint, jointinparent, tendon and site transmissions)")
-        if trntype == int(mujoco.mjtTrn.mjTRN_SITE) and int(m.actuator_trnid[a, 1]) >= 0:
-            unsupported(f"actuator {aname!r}/refsite (site transmissions are supported without a reference site)")
         if int(m.actuator_dyntype[a]) not in set(DynType):
             unsupported(f"actuator {aname!r} dyntype {mujoco.mjtDyn(int(m.actuator_dyntype[a])).name}")
         if int(m.actuator_gaintype[a]) not in set(GainType):

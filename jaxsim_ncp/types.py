@@ -148,6 +148,10 @@ class Topology:
     sensor_dim: tuple[int, ...] = ()
     sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
     site_type: tuple[int, ...] = ()  # mjtGeom of each site's shape (a touch sensor's zone)
+    # site transmissions with a reference site (actuation.py): the refsite (-1: none) and the dofs
+    # both sites share as ancestors, whose Jacobian columns MuJoCo clears in the moment
+    actuator_refsite: tuple[int, ...] = ()
+    actuator_refsite_shared_dofs: tuple[tuple[int, ...], ...] = ()
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()

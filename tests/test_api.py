@@ -48,8 +48,6 @@ def test_malformed_xml_raises():
          "<tendon><fixed name='heavy' armature='0.1'><joint joint='j' coef='1'/></fixed></tendon></mujoco>", "tendon 'heavy'/armature"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><site name='ref'/><body><freejoint/><geom size='.1'/>"
-         "<site name='s'/></body></worldbody><actuator><general name='arm' site='s' refsite='ref'/></actuator></mujoco>", "actuator 'arm'/refsite"),
         ("<mujoco><option integrator='implicit'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",
          "integrator"),
     ],
