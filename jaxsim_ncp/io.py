@@ -13,7 +13,9 @@ import numpy as np
 from . import sensor
 from .cfd import CFD
 from .collision import FUNCTIONS
+from .collision.hfield import HFIELD, PARTNERS as HFIELD_PARTNERS, window as hfield_window
 from .collision.mesh import MESH, MULTICCD_PAIRS as MESH_MULTICCD_PAIRS
+from .collision.primitives import PLANE
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
 from .integrate import adaptive
 from .types import (
@@ -222,6 +224,8 @@ def from_mujoco(
         actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
         site_bodyid=ints(m.site_bodyid),
         site_type=ints(m.site_type),
+        hfield_nrow=ints(m.hfield_nrow),
+        hfield_ncol=ints(m.hfield_ncol),
         actuator_refsite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SITE) else -1
             for a in range(m.nu)
@@ -309,6 +313,8 @@ def from_mujoco(
         geom_fluid=f(geom_fluid),
         mesh_vert=f(mesh_vert),
         mesh_polynormal=f(mesh_polynormal),
+        hfield_size=f(np.reshape(m.hfield_size, (-1, 4))),
+        hfield_data=f(_hfield_elevations(m)),
         geom_priority=ints(m.geom_priority),
         pair_friction=f(np.reshape(m.pair_friction, (-1, 5))),
         pair_solref=f(np.reshape(m.pair_solref, (-1, 2))),
@@ -615,6 +621,15 @@ def _mesh_hulls(m: mujoco.MjModel, layout: ConstraintLayout):
     return vert, normal, tuple(tuple(tuple(int(x) for x in row) for row in mesh) for mesh in polyvert)
 
 
+def _hfield_elevations(m: mujoco.MjModel) -> np.ndarray:
+    """(nhfield, largest nrow * ncol): each height field's elevations, zero-padded."""
+    count = np.asarray(m.hfield_nrow) * np.asarray(m.hfield_ncol)
+    out = np.zeros((m.nhfield, int(count.max(initial=1))))
+    for h in range(m.nhfield):
+        out[h, : count[h]] = m.hfield_data[m.hfield_adr[h] : m.hfield_adr[h] + count[h]]
+    return out
+
+
 def _pair_condim(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> int:
     """condim of a contact: the pair's, the higher-priority geom's, or the max of both."""
     if pair_id >= 0:
@@ -635,7 +650,9 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
             if m.geom_type[g1] > m.geom_type[g2]:
                 g1, g2 = g2, g1
             types = (int(m.geom_type[g1]), int(m.geom_type[g2]))
-            if types not in FUNCTIONS:
+            if types in ((PLANE, HFIELD), (HFIELD, HFIELD)):  # MuJoCo never collides these
+                continue
+            if types not in FUNCTIONS and types[0] != HFIELD or types[0] == HFIELD and types[1] not in HFIELD_PARTNERS:
                 n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
                 names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
                 raise UnsupportedFeatureError(
@@ -661,9 +678,26 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                         "pair/margin): MuJoCo's multi-point cylinder manifold with a margin is not reproduced; "
                         "use margin=0 or disable it with <flag multiccd=\"disable\"/> (one contact)"
                     )
-            by_types.setdefault(types, []).append((g1, g2, pid))
-        for types, items in sorted(by_types.items()):
+            if types[0] == HFIELD:
+                margin = m.pair_margin[pid] + m.pair_gap[pid] if pid >= 0 else (
+                    m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2]
+                )
+                if margin != 0:
+                    names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                    raise UnsupportedFeatureError(
+                        f"a nonzero margin/gap on the height-field pair {names[0]!r}-{names[1]!r} (geom/margin, "
+                        "geom/gap or pair/margin): MuJoCo raises the prisms by the margin, which is not reproduced"
+                    )
+            key = (types, int(m.geom_dataid[g1]) if types[0] == HFIELD else -1)
+            by_types.setdefault(key, []).append((g1, g2, pid))
+        for (types, hfield_id), items in sorted(by_types.items()):
             g1s, g2s, pids = zip(*items)
+            cells, n_slots = (), FUNCTIONS[types][1] if types in FUNCTIONS else 0
+            if hfield_id >= 0:  # the cell window of the largest geom against this height field
+                rbound = max(float(m.geom_rbound[g]) for g in g2s)
+                nrow, ncol = int(m.hfield_nrow[hfield_id]), int(m.hfield_ncol[hfield_id])
+                cells = hfield_window(rbound, m.hfield_size[hfield_id], nrow, ncol)
+                n_slots = 2 * cells[0] * cells[1]
             groups.append(
                 PairGroup(
                     types=types,
@@ -671,7 +705,9 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                     geom2=g2s,
                     pair_id=pids,
                     condim=tuple(_pair_condim(m, *item) for item in items),
-                    n_slots=FUNCTIONS[types][1],
+                    n_slots=n_slots,
+                    hfield=hfield_id,
+                    cells=cells,
                 )
             )
     eq_ids = [] if off("equality") else [i for i in range(m.neq) if m.eq_active0[i]]

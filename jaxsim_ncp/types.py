@@ -148,6 +148,8 @@ class Topology:
     sensor_dim: tuple[int, ...] = ()
     sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
     site_type: tuple[int, ...] = ()  # mjtGeom of each site's shape (a touch sensor's zone)
+    hfield_nrow: tuple[int, ...] = ()
+    hfield_ncol: tuple[int, ...] = ()
     # site transmissions with a reference site (actuation.py): the refsite (-1: none) and the dofs
     # both sites share as ancestors, whose Jacobian columns MuJoCo clears in the moment
     actuator_refsite: tuple[int, ...] = ()
@@ -270,6 +272,8 @@ class PairGroup:
     pair_id: tuple[int, ...]  # index into Model.pair_* for explicit <pair>s, -1 for geom mixing
     condim: tuple[int, ...]
     n_slots: int  # contacts the function can return per pair
+    hfield: int = -1  # height-field groups (collision/hfield.py): the height field asset
+    cells: tuple[int, ...] = ()  # and the (rows, columns) window of grid cells collided per pair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -458,6 +462,8 @@ class Model(eqx.Module):
     # and hull polygon normals (padded with zeros); see Topology.mesh_polyvert
     mesh_vert: Float[Array, "nmesh nhullvert 3"]
     mesh_polynormal: Float[Array, "nmesh npoly 3"]
+    hfield_size: Float[Array, "nhfield 4"]  # x and y half-extents, elevation scale, base depth
+    hfield_data: Float[Array, "nhfield ncell"]  # elevations in [0, 1], row-major, zero-padded
     # explicit contact pairs (<contact><pair>)
     pair_friction: Float[Array, "npair 5"]
     pair_solref: Float[Array, "npair 2"]

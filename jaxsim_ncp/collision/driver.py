@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..types import Contact, Data, Model, PairGroup, empty_contact
-from . import box, convex, mesh, multiccd, primitives
+from . import box, convex, hfield, mesh, multiccd, primitives
 from .base import Collision, GeomFrame, MeshShape
 from .primitives import BOX, CAPSULE, CYLINDER, ELLIPSOID, PLANE, SPHERE
 
@@ -101,7 +101,13 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
     """
     parts, overflow = [], jnp.zeros((), bool)
     for group in model.constraints.groups:
-        fn, n_slots = FUNCTIONS[group.types]
+        if group.hfield >= 0:
+            topo, h = model.topology, group.hfield
+            fn = hfield.collider(group.types[1], topo.hfield_nrow[h], topo.hfield_ncol[h], group.cells,
+                                 model.hfield_data[h], model.hfield_size[h])  # fmt: skip
+            n_slots = group.n_slots
+        else:
+            fn, n_slots = FUNCTIONS[group.types]
         if model.opt.disabled("multiccd") and group.types in multiccd.FUNCTIONS:
             fn = multiccd.single_contact(*group.types)
         if model.opt.collision_smoothing > 0 and group.types in primitives.SMOOTHED:
@@ -110,7 +116,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
         friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
         reach = margin + gap if lookahead is None else margin + gap + lookahead[g1] + lookahead[g2]
         capacity = model.opt.max_geom_pairs
-        if capacity is not None and capacity < len(g1):
+        if capacity is not None and capacity < len(g1) and group.hfield < 0:  # (no box for a height field)
             col, full = _narrow_phase_culled(fn, model, data, group.types, g1, g2, reach, capacity)
             overflow = overflow | full
         else:
