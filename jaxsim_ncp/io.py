@@ -652,7 +652,8 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
             types = (int(m.geom_type[g1]), int(m.geom_type[g2]))
             if types in ((PLANE, HFIELD), (HFIELD, HFIELD)):  # MuJoCo never collides these
                 continue
-            if types not in FUNCTIONS and types[0] != HFIELD or types[0] == HFIELD and types[1] not in HFIELD_PARTNERS:
+            supported = types[1] in HFIELD_PARTNERS if types[0] == HFIELD else types in FUNCTIONS
+            if not supported:
                 n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
                 names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
                 raise UnsupportedFeatureError(

@@ -131,15 +131,15 @@ class _Shared:
 _MINVAL = 1e-15  # mjMINVAL
 
 
-def _ray_interval(inside_sq, a, b, c):
+def _ray_interval(inside, a, b, c):
     """[lo, hi]: the t where a t^2 + 2 b t + c <= 0 (a ray inside a convex quadric); empty as lo > hi.
-    `inside_sq` decides the degenerate a ~ 0 case (ray along the quadric's free axis)."""
+    `inside` (c <= 0) decides the degenerate a ~ 0 case (a ray along the quadric's free axis)."""
     det = b * b - a * c
     root = jnp.where(det > 0, jnp.sqrt(jnp.where(det > 0, det, 1.0)), 0.0)
     ok = a > _MINVAL
     safe_a = jnp.where(ok, a, 1.0)
-    lo = jnp.where(ok, (-b - root) / safe_a, jnp.where(inside_sq, -jnp.inf, jnp.inf))
-    hi = jnp.where(ok, (-b + root) / safe_a, jnp.where(inside_sq, jnp.inf, -jnp.inf))
+    lo = jnp.where(ok, (-b - root) / safe_a, jnp.where(inside, -jnp.inf, jnp.inf))
+    hi = jnp.where(ok, (-b + root) / safe_a, jnp.where(inside, jnp.inf, -jnp.inf))
     return jnp.where(ok & (det < 0), jnp.inf, lo), hi
 
 
@@ -189,7 +189,8 @@ def _ray_hits(zone: int, size, p, v):
 
 def _touch(model: Model, data: Data, shared: _Shared, site: int):
     """Sum of the normal forces of contacts on the site's body whose ray from the contact point along
-    the normal (pointing away from the other body) enters the site's zone (mjSENS_TOUCH)."""
+    the normal (oriented towards the other body) meets the site's zone (mjSENS_TOUCH); a zone
+    that contains the contact point always counts."""
     topo = model.topology
     body = topo.site_bodyid[site]
     contact_body = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]
