@@ -35,7 +35,7 @@ def test_malformed_xml_raises():
         ("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody><geom name='rock' type='mesh' mesh='m'/>"
          "<body><freejoint/><geom name='tet' type='mesh' mesh='m'/></body></worldbody></mujoco>", "mesh-mesh manifold.*'rock' and 'tet'.*multiccd"),
         ("<mujoco><asset><hfield name='h' nrow='2' ncol='2' size='1 1 1 .1'/></asset><worldbody><geom name='ground' type='hfield' hfield='h'/>"
-         "<body><freejoint/><geom name='ball' size='.1'/></body></worldbody></mujoco>", "hfield and a sphere"),
+         "<body><freejoint/><geom name='ball' size='.1' margin='.01'/></body></worldbody></mujoco>", "height-field pair 'ground'-'ball'"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"
          "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
          "site semantics"),
