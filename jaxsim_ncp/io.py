@@ -621,6 +621,13 @@ def _mesh_hulls(m: mujoco.MjModel, layout: ConstraintLayout):
     return vert, normal, tuple(tuple(tuple(int(x) for x in row) for row in mesh) for mesh in polyvert)
 
 
+def _pair_margin_gap(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> float:
+    """margin + gap of a candidate pair: the <pair>'s own, else the sum of its geoms'."""
+    if pair_id >= 0:
+        return float(m.pair_margin[pair_id] + m.pair_gap[pair_id])
+    return float(m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2])
+
+
 def _hfield_elevations(m: mujoco.MjModel) -> np.ndarray:
     """(nhfield, largest nrow * ncol): each height field's elevations, zero-padded."""
     count = np.asarray(m.hfield_nrow) * np.asarray(m.hfield_ncol)
@@ -669,10 +676,7 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                     '<flag multiccd="disable"/> (one contact per pair, simulated) or exclude the pair'
                 )
             if types in MULTICCD_PAIRS and "multiccd" not in disableflags:
-                margin = m.pair_margin[pid] + m.pair_gap[pid] if pid >= 0 else (
-                    m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2]
-                )
-                if margin != 0:
+                if _pair_margin_gap(m, g1, g2, pid) != 0:
                     names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
                     raise UnsupportedFeatureError(
                         f"a nonzero margin/gap on the pair {names[0]!r}-{names[1]!r} (geom/margin, geom/gap or "
@@ -680,10 +684,7 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                         "use margin=0 or disable it with <flag multiccd=\"disable\"/> (one contact)"
                     )
             if types[0] == HFIELD:
-                margin = m.pair_margin[pid] + m.pair_gap[pid] if pid >= 0 else (
-                    m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2]
-                )
-                if margin != 0:
+                if _pair_margin_gap(m, g1, g2, pid) != 0:
                     names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
                     raise UnsupportedFeatureError(
                         f"a nonzero margin/gap on the height-field pair {names[0]!r}-{names[1]!r} (geom/margin, "

@@ -194,13 +194,18 @@ def body_forces_to_joints(model: Model, data: Data, cfrc_body):
 
 def rne(model: Model, data: Data) -> Data:
     """Bias force c(q, v) = Coriolis + centrifugal + gravity, by RNE with qacc = 0 (mj_rne)."""
-    topo = model.topology
+    _, cfrc_body = _body_accelerations_and_forces(model, data, data.cdof_dot * data.qvel[:, None])
+    return data.replace(qfrc_bias=body_forces_to_joints(model, data, cfrc_body))
+
+
+def _body_accelerations_and_forces(model: Model, data: Data, dof_acc):
+    """RNE's forward pass: cacc = -gravity + the dof accelerations `dof_acc` (nv, 6) summed down
+    each body's chain, and cfrc_body = cinert cacc + cvel x* (cinert cvel)."""
     gravity = jnp.zeros(3, model.dtype) if model.opt.disabled("gravity") else model.opt.gravity
     world_acc = jnp.concatenate([jnp.zeros(3, model.dtype), -gravity])
-    cacc = world_acc + _mask(model, topo.body_dof_chain) @ (data.cdof_dot * data.qvel[:, None])
+    cacc = world_acc + _mask(model, model.topology.body_dof_chain) @ dof_acc
     momentum = jnp.einsum("bij,bj->bi", data.cinert, data.cvel)
-    cfrc_body = jnp.einsum("bij,bj->bi", data.cinert, cacc) + math.cross_force(data.cvel, momentum)
-    return data.replace(qfrc_bias=body_forces_to_joints(model, data, cfrc_body))
+    return cacc, jnp.einsum("bij,bj->bi", data.cinert, cacc) + math.cross_force(data.cvel, momentum)
 
 
 def xfrc_to_qfrc(model: Model, data: Data, xfrc=None):
@@ -256,13 +261,8 @@ def rne_post_constraint(model: Model, data: Data, cfrc_ext):
         cacc[b]      = -gravity + sum over b's dofs and their ancestors' of cdof_dot qvel + cdof qacc
         cfrc_int[b]  = sum over b's subtree of (cinert cacc + cvel x* cinert cvel - cfrc_ext)
     """
-    topo = model.topology
-    gravity = jnp.zeros(3, model.dtype) if model.opt.disabled("gravity") else model.opt.gravity
-    world_acc = jnp.concatenate([jnp.zeros(3, model.dtype), -gravity])
     dof_acc = data.cdof_dot * data.qvel[:, None] + data.cdof * data.qacc[:, None]
-    cacc = world_acc + _mask(model, topo.body_dof_chain) @ dof_acc
-    momentum = jnp.einsum("bij,bj->bi", data.cinert, data.cvel)
-    cfrc_body = jnp.einsum("bij,bj->bi", data.cinert, cacc) + math.cross_force(data.cvel, momentum)
+    cacc, cfrc_body = _body_accelerations_and_forces(model, data, dof_acc)
     cfrc_body = cfrc_body.at[0].set(0.0)  # the world body's own term (MuJoCo starts it at zero)
     return cacc, _subtree(model) @ (cfrc_body - cfrc_ext.at[0].set(0.0))
 
