@@ -1,8 +1,10 @@
-"""Actuators: joint transmission, activation dynamics, affine force generation (mj_fwdActuation).
+"""Actuators: transmissions, activation dynamics, force generation (mj_fwdActuation).
 
-force = gain * input + bias with gain = g0 + g1 l + g2 dl/dt (affine) or g0 (fixed),
-bias = b0 + b1 l + b2 dl/dt (affine) or 0; input is ctrl, or the activation for
-stateful actuators (integrator: act_dot = ctrl; filter: act_dot = (ctrl - act) / tau).
+force = gain * input + bias with gain = g0 + g1 l + g2 dl/dt (affine), g0 (fixed) or the
+muscle's active force-length-velocity curve; bias = b0 + b1 l + b2 dl/dt (affine), 0 or
+the muscle's passive force; input is ctrl, or the activation for stateful actuators
+(integrator: act_dot = ctrl; filter: act_dot = (ctrl - act) / tau; muscle: a filter whose
+time constant depends on act and on the sign of ctrl - act).
 Transmissions (mj_transmission): a hinge/slide joint, l = gear q, moment = gear e_dof; a
 ball joint, l = rotvec(q) . gear[:3], moment = gear[:3] on its dofs; a free joint, l = 0,
 moment = gear (force, torque) on its dofs (jointinparent: the rotational gear in the parent
@@ -13,6 +15,7 @@ qfrc_actuator = moment^T force.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -98,6 +101,81 @@ def _refsite_transmission(model: Model, data: Data, a: int):
     return offset @ gear[:3] + rotation @ gear[3:], moment
 
 
+def _muscle_length_curve(L, lmin, lmax):
+    """Normalized active force vs normalized length (mju_muscleGainLength): four half-quadratics,
+    1 at L = 1, 0 outside [lmin, lmax]."""
+    a, b = 0.5 * (lmin + 1.0), 0.5 * (1.0 + lmax)
+    rising = (L - lmin) / jnp.maximum(MINVAL, a - lmin)
+    below_top = (1.0 - L) / jnp.maximum(MINVAL, 1.0 - a)
+    above_top = (L - 1.0) / jnp.maximum(MINVAL, b - 1.0)
+    falling = (lmax - L) / jnp.maximum(MINVAL, lmax - b)
+    curve = jnp.where(L <= a, 0.5 * rising**2, jnp.where(L <= 1.0, 1.0 - 0.5 * below_top**2,
+                      jnp.where(L <= b, 1.0 - 0.5 * above_top**2, 0.5 * falling**2)))  # fmt: skip
+    return jnp.where((L >= lmin) & (L <= lmax), curve, 0.0)
+
+
+def _muscle_scales(model: Model, length, prm):
+    """Peak force (force, or scale / acc0 when force < 0), normalized length L and the optimal
+    length L0 = (lengthrange span) / (range span), prm = (range[2], force, scale, lmin, lmax,
+    vmax, fpmax, fvmax) as in mju_muscleGain."""
+    lengthrange = model.actuator_lengthrange
+    force = jnp.where(prm[:, 2] < 0, prm[:, 3] / jnp.maximum(MINVAL, model.actuator_acc0), prm[:, 2])
+    L0 = (lengthrange[:, 1] - lengthrange[:, 0]) / jnp.maximum(MINVAL, prm[:, 1] - prm[:, 0])
+    L = prm[:, 0] + (length - lengthrange[:, 0]) / jnp.maximum(MINVAL, L0)
+    return force, L, L0
+
+
+def muscle_gain(model: Model, length, velocity):
+    """Active muscle force per unit activation (mju_muscleGain): -force FL(L) FV(V), V = v / (L0 vmax)."""
+    prm = model.actuator_gainprm
+    force, L, L0 = _muscle_scales(model, length, prm)
+    V = velocity / jnp.maximum(MINVAL, L0 * prm[:, 6])
+    fvmax = prm[:, 8]
+    y = fvmax - 1.0
+    FV = jnp.where(V <= -1.0, 0.0, jnp.where(V <= 0.0, (V + 1.0) ** 2,
+                   jnp.where(V <= y, fvmax - (y - V) ** 2 / jnp.maximum(MINVAL, y), fvmax)))  # fmt: skip
+    return -force * _muscle_length_curve(L, prm[:, 4], prm[:, 5]) * FV
+
+
+def muscle_bias(model: Model, length):
+    """Passive muscle force (mju_muscleBias): 0 up to L = 1, half-quadratic up to b = (1 + lmax) / 2,
+    linear beyond, peaking at -force fpmax (1/2 + ...)."""
+    prm = model.actuator_biasprm
+    force, L, _ = _muscle_scales(model, length, prm)
+    b = 0.5 * (1.0 + prm[:, 5])
+    width = jnp.maximum(MINVAL, b - 1.0)
+    passive = jnp.where(L <= b, 0.5 * ((L - 1.0) / width) ** 2, 0.5 + (L - b) / width)
+    return jnp.where(L <= 1.0, 0.0, -force * prm[:, 7] * passive)
+
+
+def muscle_activation_rate(ctrl, act, dynprm):
+    """act_dot of a muscle (mju_muscleDynamics, Millard et al. 2013): (ctrl - act) / tau with
+    tau = tau_act (0.5 + 1.5 act) when ctrl > act, tau_deact / (0.5 + 1.5 act) otherwise; the
+    switch is blended by a quintic sigmoid of width dynprm[2] when that width is positive."""
+    act_clamped = jnp.clip(act, 0.0, 1.0)
+    tau_act = dynprm[:, 0] * (0.5 + 1.5 * act_clamped)
+    tau_deact = dynprm[:, 1] / (0.5 + 1.5 * act_clamped)
+    width = dynprm[:, 2]
+    excess = jnp.clip(ctrl, 0.0, 1.0) - act
+    x = jnp.clip(excess / jnp.where(width < MINVAL, 1.0, width) + 0.5, 0.0, 1.0)
+    blend = x**3 * (3.0 * x * (2.0 * x - 5.0) + 10.0)  # mju_sigmoid
+    tau = jnp.where(width < MINVAL, jnp.where(excess > 0, tau_act, tau_deact), tau_deact + (tau_act - tau_deact) * blend)
+    return excess / jnp.maximum(MINVAL, tau)
+
+
+def _gain_and_bias(model: Model, length, velocity):
+    topo = model.topology
+    gaintype, biastype = np.asarray(topo.actuator_gaintype), np.asarray(topo.actuator_biastype)
+    g, b = model.actuator_gainprm, model.actuator_biasprm
+    gain = jnp.where(gaintype == GainType.AFFINE, g[:, 0] + g[:, 1] * length + g[:, 2] * velocity, g[:, 0])
+    bias = jnp.where(biastype == BiasType.AFFINE, b[:, 0] + b[:, 1] * length + b[:, 2] * velocity, 0.0)
+    if (gaintype == GainType.MUSCLE).any():
+        gain = jnp.where(gaintype == GainType.MUSCLE, muscle_gain(model, length, velocity), gain)
+    if (biastype == BiasType.MUSCLE).any():
+        bias = jnp.where(biastype == BiasType.MUSCLE, muscle_bias(model, length), bias)
+    return gain, bias
+
+
 def _time_constant(model: Model):
     return jnp.maximum(MINVAL, model.actuator_dynprm[:, 0])
 
@@ -170,16 +248,15 @@ def actuation(model: Model, data: Data) -> Data:
         adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
         act, u = data.act[adr], ctrl[stateful]
         rate = jnp.where(dyntype[stateful] == DynType.INTEGRATOR, u, (u - act) / _time_constant(model)[stateful])
+        if (dyntype == DynType.MUSCLE).any():
+            muscle = muscle_activation_rate(u, act, model.actuator_dynprm[stateful])
+            rate = jnp.where(dyntype[stateful] == DynType.MUSCLE, muscle, rate)
         act_dot = jnp.zeros(model.na, model.dtype).at[adr].set(rate)
         if np.any(topo.actuator_actearly):
             act_next = next_activation(model, data.act, act_dot)
     inp = _activation_input(model, data, ctrl, act_next)
 
-    g, b = model.actuator_gainprm, model.actuator_biasprm
-    gain = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE,
-                     g[:, 0] + g[:, 1] * length + g[:, 2] * velocity, g[:, 0])
-    bias = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE,
-                     b[:, 0] + b[:, 1] * length + b[:, 2] * velocity, 0.0)
+    gain, bias = _gain_and_bias(model, length, velocity)
     force = _clamp_tendon_totals(model, gain * inp + bias)
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
@@ -216,12 +293,12 @@ def _clamp_tendon_totals(model: Model, force):
 
 
 def actuator_velocity_derivative(model: Model, data: Data):
-    """d qfrc_actuator / d qvel for affine gain/bias (mjd_actuator_vel): moment^T diag(g2 u + b2) moment."""
+    """d qfrc_actuator / d qvel (mjd_actuator_vel): moment^T diag(dgain/dv u + dbias/dv) moment,
+    with the gain's and bias's velocity slopes (affine: g2, b2; muscle: the slope of FV)."""
     if model.nu == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
-    topo = model.topology
-    _, moment = transmission(model, data)
+    length, moment = transmission(model, data)
     inp = _activation_input(model, data, clamped_ctrl(model, data.ctrl))
-    g2 = jnp.where(np.asarray(topo.actuator_gaintype) == GainType.AFFINE, model.actuator_gainprm[:, 2], 0.0)
-    b2 = jnp.where(np.asarray(topo.actuator_biastype) == BiasType.AFFINE, model.actuator_biasprm[:, 2], 0.0)
-    return moment.T @ ((g2 * inp + b2)[:, None] * moment)
+    velocity = moment @ data.qvel
+    slope = jax.jvp(lambda v: _gain_and_bias(model, length, v), (velocity,), (jnp.ones_like(velocity),))[1]
+    return moment.T @ ((slope[0] * inp + slope[1])[:, None] * moment)

@@ -352,6 +352,8 @@ def from_mujoco(
         actuator_ctrlrange=f(m.actuator_ctrlrange),
         actuator_forcerange=f(m.actuator_forcerange),
         actuator_actrange=f(m.actuator_actrange),
+        actuator_lengthrange=f(m.actuator_lengthrange),
+        actuator_acc0=f(m.actuator_acc0),
     )
     check_model(model)
     _check_mass_matrix(m)

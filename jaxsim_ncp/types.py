@@ -49,6 +49,7 @@ class DynType(IntEnum):
     INTEGRATOR = 1
     FILTER = 2
     FILTEREXACT = 3
+    MUSCLE = 4
 
 
 class WarningKind(IntEnum):
@@ -84,11 +85,13 @@ class WrapType(IntEnum):
 class GainType(IntEnum):
     FIXED = 0
     AFFINE = 1
+    MUSCLE = 2
 
 
 class BiasType(IntEnum):
     NONE = 0
     AFFINE = 1
+    MUSCLE = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -505,6 +508,8 @@ class Model(eqx.Module):
     actuator_ctrlrange: Float[Array, "nu 2"]
     actuator_forcerange: Float[Array, "nu 2"]
     actuator_actrange: Float[Array, "nu 2"]
+    actuator_lengthrange: Float[Array, "nu 2"]  # muscles: the length range the compiler found
+    actuator_acc0: Float[Array, " nu"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
 
     @property
     def dtype(self):
