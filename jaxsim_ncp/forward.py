@@ -1,6 +1,7 @@
 """The pipeline: forward(), step(), rollout(), in MuJoCo's stage order.
 
-forward: kinematics -> com -> tendons -> inertia -> velocities -> passive -> bias -> actuation
+forward: kinematics -> com -> tendons -> inertia -> velocities -> passive -> bias (+ tendon
+armature) -> actuation
 -> smooth acceleration -> collision -> constraint rows -> Newton solve (or, with
 solver="ncp", the interior-point NCP that returns the next velocity) -> sensors.
 """
@@ -30,6 +31,7 @@ def forward(model: Model, data: Data) -> Data:
     data = smooth.com_vel(model, data)
     data = passive.passive(model, data)
     data = smooth.rne(model, data)
+    data = tendon.armature(model, data)
     data = actuation.actuation(model, data)
     qfrc_smooth = (
         data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
@@ -150,7 +152,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (None: at q)."""
         d = data
         if qvel_lin is not None:
-            d = data.replace(qpos=fixed.integrate_pos(model, data.qpos, qvel_lin, h))
+            d = data.replace(qpos=smooth.integrate_pos(model, data.qpos, qvel_lin, h))
             d = tendon.tendon(model, smooth.com_pos(model, smooth.kinematics(model, d)))
         if layout.ncon:
             d = d.replace(contact=collide(model, d, geom_reach))

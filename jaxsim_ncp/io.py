@@ -246,6 +246,7 @@ def from_mujoco(
         body_treeid=ints(m.body_treeid),
         dof_treeid=ints(m.dof_treeid),
         tendon_actfrclimited=bools(m.tendon_actfrclimited),
+        tendon_with_armature=tuple(int(t) for t in np.nonzero(np.asarray(m.tendon_armature) != 0)[0]),
         sensor_type=ints(m.sensor_type),
         sensor_objtype=ints(m.sensor_objtype),
         sensor_objid=ints(m.sensor_objid),
@@ -334,6 +335,7 @@ def from_mujoco(
         tendon_stiffness=f(m.tendon_stiffness),
         tendon_lengthspring=f(np.reshape(m.tendon_lengthspring, (-1, 2))),
         tendon_damping=f(m.tendon_damping),
+        tendon_armature=f(m.tendon_armature),
         tendon_frictionloss=f(m.tendon_frictionloss),
         tendon_range=f(np.reshape(m.tendon_range, (-1, 2))),
         tendon_margin=f(m.tendon_margin),
@@ -501,7 +503,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
     """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping) are
-    simulated; MuJoCo 4's tendon extras are refused, naming the tendon, and so is a side site
+    simulated, with armature (except on wrapping tendons); MuJoCo 4's other tendon extras are refused, naming the tendon, and so is a side site
     outside its wrapping geom: MuJoCo 4.0 wraps those differently from its documented
     algorithm (and from MJX) in about a third of random configurations, and we reproduce the
     documented one only where the two agree (no side site, or one inside the geom)."""
@@ -523,7 +525,11 @@ def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
                     "MuJoCo 4's rule for outside side sites is not reproduced: omit it, or place it inside the geom "
                     "on the geom's body)"
                 )
-        for attr, what in (("tendon_armature", "armature"), ("tendon_stiffnesspoly", "stiffness with polynomial terms"),
+        if m.tendon_armature[t] != 0 and any(int(m.wrap_type[w]) in (mujoco.mjtWrap.mjWRAP_SPHERE, mujoco.mjtWrap.mjWRAP_CYLINDER)
+                                             for w in range(adr, adr + num)):  # fmt: skip
+            unsupported(f"tendon {tname!r}: armature on a tendon that wraps around a geom (tendon/armature; MuJoCo has "
+                        "no derivative of the wrap either and stops with 'geom wrapping not supported')")
+        for attr, what in (("tendon_stiffnesspoly", "stiffness with polynomial terms"),
                            ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield")):  # fmt: skip
             if np.any(np.asarray(getattr(m, attr))[t] != 0):
                 unsupported(f"tendon {tname!r}/{what}")

@@ -57,6 +57,18 @@ def _joint_transforms(model: Model, qpos):
     return t, r
 
 
+def integrate_pos(model: Model, qpos, qvel, h):
+    """q (+) h v: Euler on hinge/slide/free-position coordinates, quaternion exponential on rotations."""
+    qidx, didx = model.topology.scalar_coords
+    qpos = qpos.at[qidx].add(h * qvel[didx])
+    qadr, dadr = model.topology.quat_coords
+    if len(qadr):
+        qblocks = qadr[:, None] + np.arange(4)
+        vblocks = dadr[:, None] + np.arange(3)
+        qpos = qpos.at[qblocks].set(math.quat_integrate(qpos[qblocks], qvel[vblocks], h))
+    return qpos
+
+
 def kinematics(model: Model, data: Data) -> Data:
     """Global body, joint and geom frames from qpos (mj_kinematics)."""
     topo = model.topology

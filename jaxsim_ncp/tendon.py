@@ -10,6 +10,7 @@ Spatial tendon: a path of sites, split into branches by pulleys (divisor D):
                 p0 -> t0, an arc of length w on the geom, t1 -> p1; the moment arms come
                 from the two straight pieces (the arc rides on the geom's body).
 ten_velocity = J qvel.
+Tendon armature a (mj_tendonArmature, mj_tendonBias): qM += a J^T J, qfrc_bias += a J^T (dJ/dt qvel).
 The path structure is static (Topology.tendon_*, wrap_*); the coefficients, divisors
 and site positions are differentiable leaves.
 """
@@ -20,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import math, wrap
+from . import math, smooth, wrap
 from .smooth import point_jacobian
 from .types import Data, Model, WrapType
 
@@ -89,6 +90,30 @@ def tendon(model: Model, data: Data) -> Data:
     if len(seg):
         length, J = _spatial(model, data, seg, length, J)
     return data.replace(ten_length=length, ten_J=J, ten_velocity=J @ data.qvel)
+
+
+def armature(model: Model, data: Data) -> Data:
+    """Add the tendons' armature to qM and qfrc_bias (after crb and rne): an inertia a moving with
+    the tendon adds a J^T J to M and a J^T (dJ/dt qvel) to the bias force. dJ/dt qvel is the rate of
+    change of ten_velocity = J qvel as the configuration moves along qvel (a forward-mode derivative;
+    zero for fixed tendons on hinges and slides). As mj_tendonArmature, the J^T J term is added only
+    within M's sparsity (dof pairs on one ancestor chain): couplings across branches or trees, which
+    a tendon between two of them has, are dropped from M (checked against MuJoCo 4)."""
+    ids = np.asarray(model.topology.tendon_with_armature, dtype=np.int64)
+    if len(ids) == 0:
+        return data
+
+    def velocity_at(qpos):
+        d = smooth.com_pos(model, smooth.kinematics(model, data.replace(qpos=qpos)))
+        return tendon(model, d).ten_velocity[ids]
+
+    zero = jnp.zeros((), data.qpos.dtype)
+    qpos_rate = jax.jvp(lambda h: smooth.integrate_pos(model, data.qpos, data.qvel, h), (zero,), (jnp.ones_like(zero),))[1]
+    jdot_qvel = jax.jvp(velocity_at, (data.qpos,), (qpos_rate,))[1]
+    J, a = data.ten_J[ids], model.tendon_armature[ids]
+    anc = model.topology.dof_ancestor
+    inertia = jnp.where(jnp.asarray(anc | anc.T), J.T @ (a[:, None] * J), 0.0)
+    return data.replace(qM=data.qM + inertia, qfrc_bias=data.qfrc_bias + J.T @ (a * jdot_qvel))
 
 
 def _spatial(model: Model, data: Data, seg: np.ndarray, length, J):

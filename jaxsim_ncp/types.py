@@ -142,6 +142,7 @@ class Topology:
     body_treeid: tuple[int, ...] = ()  # kinematic tree of each body (-1: static), MuJoCo's numbering
     dof_treeid: tuple[int, ...] = ()
     tendon_actfrclimited: tuple[bool, ...] = ()  # the total actuator force on the tendon is clamped
+    tendon_with_armature: tuple[int, ...] = ()  # tendons whose armature is non-zero (tendon.armature)
     # sensors (sensor.py): mjtSensor type, object and reference frame, address and size in sensordata
     sensor_type: tuple[int, ...] = ()
     sensor_objtype: tuple[int, ...] = ()
@@ -489,6 +490,7 @@ class Model(eqx.Module):
     tendon_stiffness: Float[Array, " ntendon"]
     tendon_lengthspring: Float[Array, "ntendon 2"]  # spring deadband [lower, upper]
     tendon_damping: Float[Array, " ntendon"]
+    tendon_armature: Float[Array, " ntendon"]  # inertia along the tendon (used on tendon_with_armature)
     tendon_frictionloss: Float[Array, " ntendon"]
     tendon_range: Float[Array, "ntendon 2"]
     tendon_margin: Float[Array, " ntendon"]

@@ -191,12 +191,12 @@ TENDONS = f"""
     </body>
   </worldbody>
   <tendon>
-    <fixed name="couple" stiffness="3" springlength="-0.2 0.1" damping="0.2" frictionloss="0.05"
+    <fixed name="couple" stiffness="3" springlength="-0.2 0.1" damping="0.2" frictionloss="0.05" armature="0.1"
            limited="true" range="-0.8 0.6">
       <joint joint="j1" coef="1"/>
       <joint joint="j2" coef="-0.5"/>
     </fixed>
-    <spatial name="cable" stiffness="20" damping="0.5" limited="true" range="0.3 0.95" springlength="0.6"
+    <spatial name="cable" stiffness="20" damping="0.5" limited="true" range="0.3 0.95" springlength="0.6" armature="0.05"
              actuatorfrclimited="true" actuatorfrcrange="-1.5 1.2">
       <site site="anchor"/>
       <site site="a_mid"/>
@@ -204,7 +204,7 @@ TENDONS = f"""
       <site site="b_tip"/>
       <site site="c_site"/>
     </spatial>
-    <spatial name="pulley" damping="0.1">
+    <spatial name="pulley" damping="0.1" armature="0.2">
       <site site="anchor"/>
       <site site="d_site"/>
       <pulley divisor="2"/>

@@ -1,4 +1,4 @@
-"""Tendons (fixed, spatial through sites, pulleys, wrapping around spheres and cylinders): lengths, moment arms, passive forces,
+"""Tendons (fixed, spatial through sites, pulleys, wrapping around spheres and cylinders): lengths, moment arms, passive forces, armature,
 tendon actuators, limits, friction loss and tendon equalities against MuJoCo (float64),
 and gradients of a rollout through them against central finite differences."""
 
@@ -46,6 +46,9 @@ def test_tendon_forward_matches_mujoco():
         assert rel_err(out.ten_J, dense_ten_J(m, d)) < 1e-12
         assert rel_err(out.ten_velocity, d.ten_velocity) < 1e-12
         assert rel_err(out.qfrc_passive, d.qfrc_passive) < 1e-10
+        full_M = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, full_M)
+        assert rel_err(out.qM, full_M) < 1e-12 and rel_err(out.qfrc_bias, d.qfrc_bias) < 1e-12  # tendon armature
         assert rel_err(out.actuator_length, d.actuator_length) < 1e-12
         assert rel_err(out.actuator_velocity, d.actuator_velocity) < 1e-12
         assert rel_err(out.actuator_force, d.actuator_force) < 1e-12  # the cable's total is clamped
@@ -77,11 +80,11 @@ def test_tendon_trajectory_matches_mujoco(integrator):
 
 
 def test_tendon_gradients_match_finite_differences():
-    """d(loss)/d(tendon stiffness, damping, pulley divisor, site position, qvel) of a 20-step rollout."""
+    """d(loss)/d(tendon stiffness, damping, armature, pulley divisor, site position, qvel) of a 20-step rollout."""
     _, model = compiled("euler")
     data = jsn.make_data(model).replace(qvel=jnp.array([1.0, -0.5, 0.8, 0.1, 0.6]))
     ctrl = jnp.tile(jnp.array([0.5, 0.4, 0.2, -0.3]), (20, 1))
-    where = lambda m: (m.tendon_stiffness, m.tendon_damping, m.wrap_prm, m.site_pos)  # noqa: E731
+    where = lambda m: (m.tendon_stiffness, m.tendon_damping, m.tendon_armature, m.wrap_prm, m.site_pos)  # noqa: E731
 
     def loss(params, qvel):
         mdl = eqx.tree_at(where, model, params)
@@ -159,3 +162,48 @@ def test_wrapped_tendon_gradients_match_finite_differences():
     for i in range(len(x)):
         e = jnp.zeros_like(x).at[i].set(1e-6)
         np.testing.assert_allclose(jac[:, i], (f(x + e) - f(x - e)) / 2e-6, rtol=1e-5, atol=1e-7)
+
+
+ARMATURE_ON_ROTATIONS = """
+<mujoco>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <site name="w" pos="0 0 2"/>
+    <body name="a" pos="0 0 1">
+      <joint type="ball"/>
+      <geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/>
+      <site name="sa" pos="0.2 0.02 0.03"/>
+      <body name="b" pos="0.3 0 0">
+        <joint type="hinge" axis="0 1 0"/>
+        <geom type="box" size="0.1 0.03 0.02"/>
+        <site name="sb" pos="0.1 0 0.02"/>
+      </body>
+    </body>
+    <body name="f" pos="1 0 1">
+      <freejoint/>
+      <geom type="box" size="0.1 0.1 0.05"/>
+      <site name="sf" pos="0.05 0.05 0.05"/>
+    </body>
+  </worldbody>
+  <tendon>
+    <spatial armature="0.3"><site site="w"/><site site="sa"/><site site="sb"/></spatial>
+    <spatial armature="0.7"><site site="w"/><site site="sf"/></spatial>
+  </tendon>
+</mujoco>
+"""
+
+
+def test_tendon_armature_on_ball_and_free_joints_matches_mujoco():
+    """Armature's bias force a J^T (dJ/dt qvel) where the configuration moves on quaternions."""
+    m = mujoco.MjModel.from_xml_string(ARMATURE_ON_ROTATIONS)
+    model = jsn.from_mujoco(m)
+    forward = jax.jit(jsn.forward)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        d = random_state(m, rng)
+        mujoco.mj_forward(m, d)
+        out = forward(model, to_data(model, d))
+        full_M = np.zeros((m.nv, m.nv))
+        mujoco.mj_fullM(m, d, full_M)
+        assert rel_err(out.qM, full_M) < 1e-12 and rel_err(out.qfrc_bias, d.qfrc_bias) < 1e-12
+        assert rel_err(out.qacc, d.qacc) < 1e-12

@@ -12,7 +12,7 @@ advances `opt.timestep`, with as many substeps inside as the controller needs.
 
 Quaternions (free and ball joints) are integrated on the manifold in local
 coordinates: over one timestep the state is (delta, v, act) with q = q0 (+) delta, where
-(+) is `fixed.integrate_pos` (q0 * exp(delta_rot) on each quaternion, q0 + delta
+(+) is `smooth.integrate_pos` (q0 * exp(delta_rot) on each quaternion, q0 + delta
 elsewhere) and q0 is the configuration at the start of the step. Its derivative is
 exact, delta_dot = dexp^-1(delta_rot) omega on rotations (`fixed.dexp_inv(exact=True)`; right-trivialized,
 omega in the body frame as MuJoCo's), v elsewhere, so the solver's order holds on
@@ -40,7 +40,8 @@ import numpy as np
 
 from ..actuation import clamp_activation
 from ..types import Data, Model, make_data
-from .fixed import dexp_inv, integrate_pos
+from ..smooth import integrate_pos
+from .fixed import dexp_inv
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,19 +15,8 @@ import numpy as np
 
 from .. import fluid, linalg, math, smooth
 from ..actuation import actuator_velocity_derivative, next_activation
+from ..smooth import integrate_pos
 from ..types import Data, JointType, Model
-
-
-def integrate_pos(model: Model, qpos, qvel, h):
-    """q (+) h v: Euler on hinge/slide/free-position coordinates, quaternion exponential on rotations."""
-    qidx, didx = model.topology.scalar_coords
-    qpos = qpos.at[qidx].add(h * qvel[didx])
-    qadr, dadr = model.topology.quat_coords
-    if len(qadr):
-        qblocks = qadr[:, None] + np.arange(4)
-        vblocks = dadr[:, None] + np.arange(3)
-        qpos = qpos.at[qblocks].set(math.quat_integrate(qpos[qblocks], qvel[vblocks], h))
-    return qpos
 
 
 def advance(model: Model, data: Data, act_dot, qacc, qvel=None) -> Data:
