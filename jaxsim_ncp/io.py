@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from . import sensor
+from . import ray, sensor
 from .cfd import CFD
 from .collision import FUNCTIONS
 from .collision.hfield import HFIELD, PARTNERS as HFIELD_PARTNERS, window as hfield_window
@@ -192,6 +192,7 @@ def from_mujoco(
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     names = lambda objtype, n: tuple(mujoco.mj_id2name(m, objtype, i) or "" for i in range(n))  # noqa: E731
+    rangefinders = bool(np.any(np.asarray(m.sensor_type) == int(sensor.Sens.RANGEFINDER)))
     geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, -1))
     fluid_interaction = geom_fluid[:, 0] > 0
     topology = Topology(
@@ -254,11 +255,13 @@ def from_mujoco(
         sensor_refid=ints(m.sensor_refid),
         sensor_dim=ints(m.sensor_dim),
         sensor_datatype=ints(m.sensor_datatype),
+        sensor_intprm=ints(np.reshape(m.sensor_intprm, (m.nsensor, -1))[:, 0]) if m.nsensor else (),
         body_fluid_ellipsoid=tuple(
             bool(np.any(fluid_interaction[m.geom_bodyid == b])) for b in range(m.nbody)
         ),
         geom_fluid_interaction=bools(fluid_interaction),
         geom_dataid=ints(m.geom_dataid),
+        geom_visible=tuple(bool(a) for a in _geom_alpha(m) != 0),
         mesh_names=names(mujoco.mjtObj.mjOBJ_MESH, m.nmesh),
     )
     layout = _constraint_layout(m, disableflags, opt.cone)
@@ -356,6 +359,7 @@ def from_mujoco(
         actuator_actrange=f(m.actuator_actrange),
         actuator_lengthrange=f(m.actuator_lengthrange),
         actuator_acc0=f(m.actuator_acc0),
+        geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else (),
     )
     check_model(model)
     _check_mass_matrix(m)
@@ -548,6 +552,8 @@ def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
             obj = int(getattr(m, f"sensor_{attr}")[i])
             if frame_kind and obj not in frames and (attr == "objtype" or int(m.sensor_refid[i]) >= 0):
                 unsupported(f"sensor {sname!r} on a {mujoco.mjtObj(obj).name[len('mjOBJ_'):].lower()} (sensor/{attr})")
+        if kind == sensor.Sens.RANGEFINDER and int(m.sensor_objtype[i]) != mujoco.mjtObj.mjOBJ_SITE:
+            unsupported(f"sensor {sname!r}: a rangefinder on a camera (a depth image; sensor/camera)")
         for attr in ("delay", "interval", "history"):
             if np.any(np.asarray(getattr(m, f"sensor_{attr}"))[i] != 0):
                 unsupported(f"sensor {sname!r}/{attr}")
@@ -634,6 +640,12 @@ def _pair_margin_gap(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> float
     if pair_id >= 0:
         return float(m.pair_margin[pair_id] + m.pair_gap[pair_id])
     return float(m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2])
+
+
+def _geom_alpha(m: mujoco.MjModel) -> np.ndarray:
+    """Each geom's opacity as rays see it (ray_eliminate): its material's alpha if it has one."""
+    matid = np.asarray(m.geom_matid)
+    return np.where(matid >= 0, np.asarray(m.mat_rgba)[np.maximum(matid, 0), 3] if m.nmat else 0.0, np.asarray(m.geom_rgba)[:, 3])
 
 
 def _hfield_elevations(m: mujoco.MjModel) -> np.ndarray:

@@ -4,7 +4,7 @@ Simulated (mjtSensor): joint, tendon and actuator position/velocity, ball joint 
 and angular velocity, frame position/axes/quaternion (optionally in a reference frame),
 frame linear/angular velocity (world or reference frame: MuJoCo's relative velocity with
 the rotating-frame term), subtree com, linear velocity and angular momentum, site
-velocimeter, gyro and magnetometer, actuator force, actuator force at a joint or tendon,
+velocimeter, gyro and magnetometer, rangefinder (ray.py), actuator force, actuator force at a joint or tendon,
 clock; and the acceleration-stage sensors that need the constraint forces: accelerometer,
 frame linear/angular acceleration, force and torque (the wrench a body receives from its
 parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
@@ -22,7 +22,7 @@ from enum import IntEnum
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, math, smooth
+from . import constraint, math, ray, smooth
 from .types import TRN_TENDON, Data, Model
 
 
@@ -45,6 +45,7 @@ class Sens(IntEnum):
     FORCE = 4
     TORQUE = 5
     MAGNETOMETER = 6
+    RANGEFINDER = 7
     JOINTPOS = 9
     JOINTVEL = 10
     TENDONPOS = 11
@@ -205,6 +206,24 @@ def _touch(model: Model, data: Data, shared: _Shared, site: int):
     return jnp.sum(jnp.where(hit & (normal_force > 0), normal_force, 0.0), keepdims=True)
 
 
+def _rangefinder(model: Model, data: Data, site: int, fields: int):
+    """A ray along the site's z axis (mj_ray, the site's own body excluded); the mjtRayDataField
+    bits choose the outputs, in order: distance (-1: no hit), direction, origin, hit point,
+    surface normal, depth (= distance for a site). Direction, point and normal are 0 without a hit."""
+    origin, direction = data.site_xpos[site], data.site_xmat[site][:, 2]
+    dist, normal = ray.ray(model, data, origin, direction, model.topology.site_bodyid[site])
+    hit = dist >= 0
+    outputs = (
+        dist[None],
+        jnp.where(hit, direction, 0.0),
+        origin,
+        jnp.where(hit, origin + dist * direction, 0.0),
+        normal,
+        dist[None],
+    )  # fmt: skip
+    return jnp.concatenate([out for bit, out in enumerate(outputs) if fields & (1 << bit)])
+
+
 def _value(model: Model, data: Data, i: int, shared: _Shared):
     """The value of sensor i (a 1-D array of its dimension)."""
     topo = model.topology
@@ -239,6 +258,8 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
         return shared.subtree[kind - Sens.SUBTREELINVEL][objid]
     if kind == Sens.TOUCH:
         return _touch(model, data, shared, objid)
+    if kind == Sens.RANGEFINDER:
+        return _rangefinder(model, data, objid, topo.sensor_intprm[i])
     if kind in (Sens.FORCE, Sens.TORQUE):  # cfrc_int at the site, in the site's axes
         body = topo.site_bodyid[objid]
         wrench = shared.rne_post[1][body]

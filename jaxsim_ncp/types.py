@@ -71,6 +71,19 @@ class WarningKind(IntEnum):
 NWARNING = len(WarningKind)
 
 
+class GeomType(IntEnum):
+    """mujoco.mjtGeom values of the simulated geoms."""
+
+    PLANE = 0
+    HFIELD = 1
+    SPHERE = 2
+    CAPSULE = 3
+    ELLIPSOID = 4
+    CYLINDER = 5
+    BOX = 6
+    MESH = 7
+
+
 class WrapType(IntEnum):
     """Tendon path elements (mujoco.mjtWrap, same numbers)."""
 
@@ -151,6 +164,7 @@ class Topology:
     sensor_refid: tuple[int, ...] = ()
     sensor_dim: tuple[int, ...] = ()
     sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
+    sensor_intprm: tuple[int, ...] = ()  # first integer parameter (a rangefinder's mjtRayDataField bits)
     site_type: tuple[int, ...] = ()  # mjtGeom of each site's shape (a touch sensor's zone)
     hfield_nrow: tuple[int, ...] = ()
     hfield_ncol: tuple[int, ...] = ()
@@ -164,6 +178,7 @@ class Topology:
     # mesh collision (collision/mesh.py): each geom's mesh (-1: none), and per mesh its convex hull's
     # polygons as vertex indices into Model.mesh_vert[mesh], padded with -1
     geom_dataid: tuple[int, ...] = ()
+    geom_visible: tuple[bool, ...] = ()  # alpha of the geom (or its material) non-zero: rays see it
     mesh_names: tuple[str, ...] = ()
     mesh_polyvert: tuple[tuple[tuple[int, ...], ...], ...] = ()
 
@@ -512,6 +527,8 @@ class Model(eqx.Module):
     actuator_actrange: Float[Array, "nu 2"]
     actuator_lengthrange: Float[Array, "nu 2"]  # muscles: the length range the compiler found
     actuator_acc0: Float[Array, " nu"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
+    # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; () without
+    geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] = ()
 
     @property
     def dtype(self):
