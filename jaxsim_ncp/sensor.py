@@ -4,7 +4,7 @@ Simulated (mjtSensor): joint, tendon and actuator position/velocity, ball joint 
 and angular velocity, frame position/axes/quaternion (optionally in a reference frame),
 frame linear/angular velocity (world or reference frame: MuJoCo's relative velocity with
 the rotating-frame term), subtree com, linear velocity and angular momentum, site
-velocimeter, gyro and magnetometer, rangefinder (ray.py), actuator force, actuator force at a joint or tendon,
+velocimeter, gyro and magnetometer, rangefinder (ray.py), camera projection, actuator force, actuator force at a joint or tendon,
 clock; and the acceleration-stage sensors that need the constraint forces: accelerometer,
 frame linear/angular acceleration, force and torque (the wrench a body receives from its
 parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
@@ -46,6 +46,7 @@ class Sens(IntEnum):
     TORQUE = 5
     MAGNETOMETER = 6
     RANGEFINDER = 7
+    CAMPROJECTION = 8
     JOINTPOS = 9
     JOINTVEL = 10
     TENDONPOS = 11
@@ -73,6 +74,7 @@ class Sens(IntEnum):
 
 
 _REAL, _POSITIVE = 0, 1  # mjtDataType
+_FIXED, _TRACK, _TRACKCOM, _TARGETBODY, _TARGETBODYCOM = range(5)  # mjtCamLight
 _SPHERE, _CAPSULE, _ELLIPSOID, _CYLINDER, _BOX = 2, 3, 4, 5, 6  # mjtGeom of a site's zone
 
 
@@ -206,6 +208,44 @@ def _touch(model: Model, data: Data, shared: _Shared, site: int):
     return jnp.sum(jnp.where(hit & (normal_force > 0), normal_force, 0.0), keepdims=True)
 
 
+def camera_frame(model: Model, data: Data, cam: int):
+    """A camera's world position and rotation (mj_camlight): fixed to its body; with a fixed world
+    orientation following the body (track) or its subtree com (trackcom); or turned towards a target
+    body (targetbody) or its subtree com (targetbodycom), its x axis horizontal."""
+    topo = model.topology
+    body, mode, target = topo.cam_bodyid[cam], topo.cam_mode[cam], topo.cam_targetbodyid[cam]
+    pos = data.xpos[body] + data.xmat[body] @ model.cam_pos[cam]
+    rot = data.xmat[body] @ math.quat_to_mat(model.cam_quat[cam])
+    if mode in (_TRACK, _TRACKCOM):
+        base = data.xpos[body] if mode == _TRACK else data.subtree_com[body]
+        return base + (model.cam_pos0[cam] if mode == _TRACK else model.cam_poscom0[cam]), model.cam_mat0[cam]
+    if mode in (_TARGETBODY, _TARGETBODYCOM) and target >= 0:
+        z = math.normalize(pos - (data.xpos[target] if mode == _TARGETBODY else data.subtree_com[target]))
+        x = math.normalize(jnp.cross(jnp.array([0.0, 0.0, 1.0], z.dtype), z))
+        y = math.normalize(jnp.cross(z, x))
+        rot = jnp.stack([x, y, z], axis=1)
+    return pos, rot
+
+
+def _camera_projection(model: Model, data: Data, site: int, cam: int):
+    """The site's pixel coordinates in the camera's image (cam_project): pinhole projection with
+    focal lengths from the intrinsics and sensor size, else from fovy (square pixels); u grows to
+    the right, v downwards, the image center at half the resolution."""
+    pos, rot = camera_frame(model, data, cam)
+    width, height = model.topology.cam_resolution[cam]
+    size, focal = model.cam_sensorsize[cam], model.cam_intrinsic[cam, :2]
+    fovy_focal = 0.5 / jnp.tan(model.cam_fovy[cam] * jnp.pi / 360.0) * height
+    physical = (size[0] != 0) & (size[1] != 0)
+    safe_size = jnp.where(physical, size, 1.0)
+    # MuJoCo stores intrinsics and sensor size as float32 and divides them in float32
+    lens = (focal.astype(jnp.float32) / safe_size.astype(jnp.float32) * jnp.array([width, height], jnp.float32)).astype(focal.dtype)
+    fx = jnp.where(physical, lens[0], fovy_focal)
+    fy = jnp.where(physical, lens[1], fovy_focal)
+    local = rot.T @ (data.site_xpos[site] - pos)
+    depth = jnp.where(local[2] < 0, jnp.minimum(local[2], -_MINVAL), jnp.maximum(local[2], _MINVAL))
+    return jnp.stack([-fx * local[0] / depth + 0.5 * width, fy * local[1] / depth + 0.5 * height])
+
+
 def _rangefinder(model: Model, data: Data, site: int, fields: int):
     """A ray along the site's z axis (mj_ray, the site's own body excluded); the mjtRayDataField
     bits choose the outputs, in order: distance (-1: no hit), direction, origin, hit point,
@@ -258,6 +298,8 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
         return shared.subtree[kind - Sens.SUBTREELINVEL][objid]
     if kind == Sens.TOUCH:
         return _touch(model, data, shared, objid)
+    if kind == Sens.CAMPROJECTION:
+        return _camera_projection(model, data, objid, refid)
     if kind == Sens.RANGEFINDER:
         return _rangefinder(model, data, objid, topo.sensor_intprm[i])
     if kind in (Sens.FORCE, Sens.TORQUE):  # cfrc_int at the site, in the site's axes

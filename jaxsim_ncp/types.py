@@ -164,6 +164,10 @@ class Topology:
     sensor_refid: tuple[int, ...] = ()
     sensor_dim: tuple[int, ...] = ()
     sensor_datatype: tuple[int, ...] = ()  # mjtDataType: real, positive, axis, quaternion
+    cam_bodyid: tuple[int, ...] = ()
+    cam_mode: tuple[int, ...] = ()  # mjtCamLight: fixed, track, trackcom, targetbody, targetbodycom
+    cam_targetbodyid: tuple[int, ...] = ()
+    cam_resolution: tuple[tuple[int, int], ...] = ()  # pixels (width, height)
     sensor_intprm: tuple[int, ...] = ()  # first integer parameter (a rangefinder's mjtRayDataField bits)
     site_type: tuple[int, ...] = ()  # mjtGeom of each site's shape (a touch sensor's zone)
     hfield_nrow: tuple[int, ...] = ()
@@ -500,6 +504,17 @@ class Model(eqx.Module):
     # sites and tendons (path elements: wrap_prm is a fixed tendon's joint coefficient or a pulley's divisor)
     site_pos: Float[Array, "nsite 3"]
     site_quat: Float[Array, "nsite 4"]
+    # cameras (camprojection sensors): pose in the body frame, the track modes' world offsets and
+    # orientation, vertical field of view (degrees), intrinsics (focal x, y, principal x, y; length
+    # units) and sensor size (0: use fovy)
+    cam_pos: Float[Array, "ncam 3"]
+    cam_quat: Float[Array, "ncam 4"]
+    cam_pos0: Float[Array, "ncam 3"]
+    cam_poscom0: Float[Array, "ncam 3"]
+    cam_mat0: Float[Array, "ncam 3 3"]
+    cam_fovy: Float[Array, " ncam"]
+    cam_intrinsic: Float[Array, "ncam 4"]
+    cam_sensorsize: Float[Array, "ncam 2"]
     site_size: Float[Array, "nsite 3"]
     wrap_prm: Float[Array, " nwrap"]
     tendon_stiffness: Float[Array, " ntendon"]

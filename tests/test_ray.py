@@ -2,7 +2,8 @@
 for every geom type (planes bounded and unbounded, sphere, capsule, ellipsoid, cylinder, box, a
 non-convex mesh, a height field with its side walls and base), rays from outside and from inside,
 invisible geoms skipped; the rangefinder sensor's outputs (distance, direction, origin, point,
-normal, depth, cutoff) and its gradient against finite differences."""
+normal, depth, cutoff) and its gradient against finite differences; camera projections of sites
+for cameras in every mode (fixed, track, trackcom, targetbody, targetbodycom; fovy or lens)."""
 
 import jax
 import jax.numpy as jnp
@@ -29,8 +30,16 @@ SCENE = """
     <geom type="hfield" hfield="terrain" pos="2 0 -0.4" euler="0 0 20"/>
     <geom name="invisible" type="box" size="0.5 0.5 0.5" pos="0 0 3" rgba="1 0 0 0"/>
     <geom name="transparent_material" type="sphere" size="0.4" pos="0 2 2" material="ghost"/>
+    <camera name="world_cam" pos="3 -2 2" xyaxes="0.6 0.8 0 -0.3 0.2 1" fovy="60" resolution="640 480"/>
     <body name="shapes" pos="0 0 0.5">
       <joint type="ball"/>
+      <camera name="tracking" mode="track" pos="0 -3 1" euler="70 0 0" resolution="320 240"/>
+      <camera name="tracking_com" mode="trackcom" pos="0 -3 1" euler="70 0 0"/>
+      <camera name="aiming" mode="targetbody" target="scanner" pos="1 -2 0.5" resolution="100 200"/>
+      <camera name="aiming_com" mode="targetbodycom" target="scanner" pos="-1 -2 0.5"/>
+      <camera name="lens" pos="0.2 -1.5 0.3" euler="80 0 10" sensorsize="0.006 0.004" focal="0.004 0.005"
+              resolution="1200 800"/>
+      <site name="marker" pos="0.4 0.3 0.2"/>
       <geom type="sphere" size="0.2" pos="0.6 0 0"/>
       <geom type="capsule" size="0.1 0.25" pos="-0.6 0 0" euler="30 10 0"/>
       <geom type="ellipsoid" size="0.3 0.15 0.1" pos="0 0.6 0" euler="0 20 40"/>
@@ -52,6 +61,12 @@ SCENE = """
     <rangefinder site="tilted" data="dist point normal"/>
     <rangefinder site="sideways" data="dist dir origin normal depth" cutoff="1.5"/>
     <rangefinder site="up"/>
+    <camprojection site="tilted" camera="world_cam"/>
+    <camprojection site="marker" camera="tracking"/>
+    <camprojection site="down" camera="tracking_com"/>
+    <camprojection site="marker" camera="aiming"/>
+    <camprojection site="marker" camera="aiming_com"/>
+    <camprojection site="up" camera="lens"/>
   </sensor>
 </mujoco>
 """
@@ -82,7 +97,7 @@ def test_rays_match_mujoco():
     assert hit_geoms >= set(range(m.ngeom)) - {3, 4}  # all but the invisible box and sphere
 
 
-def test_rangefinders_match_mujoco_with_finite_difference_gradients():
+def test_rangefinders_and_camera_projections_match_mujoco_with_finite_difference_gradients():
     m = mujoco.MjModel.from_xml_string(SCENE)
     model = jsn.from_mujoco(m)
     forward = jax.jit(jsn.forward)
@@ -102,4 +117,4 @@ def test_rangefinders_match_mujoco_with_finite_difference_gradients():
     for i in range(m.nq):
         e = jnp.zeros(m.nq).at[i].set(1e-7)
         fd = (readings(data.qpos + e) - readings(data.qpos - e)) / 2e-7
-        np.testing.assert_allclose(jac[:, i], fd, atol=1e-5)
+        np.testing.assert_allclose(jac[:, i], fd, rtol=1e-6, atol=1e-5)
