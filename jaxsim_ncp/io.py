@@ -519,7 +519,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
     """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping) are
-    simulated, with armature (except on wrapping tendons); MuJoCo 4's other tendon extras are refused, naming the tendon, and so is a side site
+    simulated, with armature (MuJoCo's compiler refuses it on wrapping tendons); MuJoCo 4's other tendon extras are refused, naming the tendon, and so is a side site
     outside its wrapping geom: MuJoCo 4.0 wraps those differently from its documented
     algorithm (and from MJX) in about a third of random configurations, and we reproduce the
     documented one only where the two agree (no side site, or one inside the geom)."""
@@ -541,10 +541,6 @@ def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
                     "MuJoCo 4's rule for outside side sites is not reproduced: omit it, or place it inside the geom "
                     "on the geom's body)"
                 )
-        if m.tendon_armature[t] != 0 and any(int(m.wrap_type[w]) in (mujoco.mjtWrap.mjWRAP_SPHERE, mujoco.mjtWrap.mjWRAP_CYLINDER)
-                                             for w in range(adr, adr + num)):  # fmt: skip
-            unsupported(f"tendon {tname!r}: armature on a tendon that wraps around a geom (tendon/armature; MuJoCo has "
-                        "no derivative of the wrap either and stops with 'geom wrapping not supported')")
         for attr, what in (("tendon_stiffnesspoly", "stiffness with polynomial terms"),
                            ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield")):  # fmt: skip
             if np.any(np.asarray(getattr(m, attr))[t] != 0):

@@ -45,7 +45,8 @@ def test_malformed_xml_raises():
          "<tendon><spatial name='wrapped'><site site='s0'/><geom geom='w' sidesite='out'/><site site='s1'/></spatial></tendon></mujoco>",
          "tendon 'wrapped': side site 'out' outside its wrapping geom 'w'"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
-         "<tendon><fixed name='heavy' armature='0.1'><joint joint='j' coef='1'/></fixed></tendon></mujoco>", "tendon 'heavy'/armature"),
+         "<tendon><fixed name='poly' stiffness='1 0.5'><joint joint='j' coef='1'/></fixed></tendon></mujoco>",
+         "tendon 'poly'/stiffness with polynomial terms"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
         ("<mujoco><option integrator='implicit'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",

@@ -237,11 +237,13 @@ def test_acceleration_stage_sensors_match_mujoco(cone):
 
 @pytest.mark.parametrize(
     "sensor,match",
-    [("<rangefinder name='lidar' site='s'/>", "sensor 'lidar' of type rangefinder"),
+    [("<rangefinder name='lidar' camera='c'/>", "sensor 'lidar': a rangefinder on a camera"),
+     ("<jointlimitfrc name='lim' joint='j'/>", "sensor 'lim' of type jointlimitfrc"),
      ("<framepos name='cam' objtype='camera' objname='c'/>", "sensor 'cam' on a camera")],
 )
 def test_unsupported_sensors_are_refused_by_name(sensor, match):
-    xml = ("<mujoco><worldbody><camera name='c'/><body><joint/><geom size='.1'/><site name='s'/></body></worldbody>"
+    xml = ("<mujoco><worldbody><camera name='c' resolution='4 3'/><body><joint name='j' limited='true' range='-1 1'/>"
+           "<geom size='.1'/><site name='s'/></body></worldbody>"
            f"<sensor>{sensor}</sensor></mujoco>")
     with pytest.raises(jsn.UnsupportedFeatureError, match=match):
         jsn.load_mjcf(xml)
