@@ -247,7 +247,7 @@ def from_mujoco(
         body_treeid=ints(m.body_treeid),
         dof_treeid=ints(m.dof_treeid),
         tendon_actfrclimited=bools(m.tendon_actfrclimited),
-        tendon_with_armature=tuple(int(t) for t in np.nonzero(np.asarray(m.tendon_armature) != 0)[0]),
+        tendon_with_armature=tuple(int(t) for t in np.nonzero(_tendon_armature(m) != 0)[0]),
         sensor_type=ints(m.sensor_type),
         sensor_objtype=ints(m.sensor_objtype),
         sensor_objid=ints(m.sensor_objid),
@@ -371,6 +371,8 @@ def from_mujoco(
         actuator_actrange=f(m.actuator_actrange),
         actuator_lengthrange=f(m.actuator_lengthrange),
         actuator_acc0=f(m.actuator_acc0),
+        actuator_damping=f(m.actuator_damping),
+        actuator_armature=f(m.actuator_armature),
         geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else (),
     )
     check_model(model)
@@ -512,7 +514,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"actuator {aname!r} with more than one activation state")
         if int(m.actuator_ctrlnum[a]) != 1:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
-        for attr in ("actuator_damping", "actuator_armature", "actuator_dampingpoly", "actuator_delay", "actuator_history"):
+        for attr in ("actuator_dampingpoly", "actuator_delay", "actuator_history"):
             if np.any(np.asarray(getattr(m, attr))[a] != 0):
                 unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
 
@@ -648,6 +650,14 @@ def _pair_margin_gap(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> float
     if pair_id >= 0:
         return float(m.pair_margin[pair_id] + m.pair_gap[pair_id])
     return float(m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2])
+
+
+def _tendon_armature(m: mujoco.MjModel) -> np.ndarray:
+    """Each tendon's armature with its actuators' (armature gear^2) added, as mj_actuatorArmature."""
+    armature = np.array(m.tendon_armature, dtype=np.float64)
+    for a in np.nonzero(np.asarray(m.actuator_trntype) == mujoco.mjtTrn.mjTRN_TENDON)[0]:
+        armature[m.actuator_trnid[a, 0]] += m.actuator_armature[a] * m.actuator_gear[a, 0] ** 2
+    return armature
 
 
 def _geom_alpha(m: mujoco.MjModel) -> np.ndarray:

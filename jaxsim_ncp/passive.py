@@ -43,7 +43,7 @@ def tendon_force(model: Model, data: Data):
         stretch = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
         force = force - model.tendon_stiffness * stretch
     if not model.opt.disabled("damper"):
-        force = force - model.tendon_damping * data.ten_velocity
+        force = force - model.tendon_damping_total * data.ten_velocity
     return force
 
 
@@ -54,7 +54,7 @@ def passive(model: Model, data: Data) -> Data:
     if not model.opt.disabled("spring"):
         qfrc = qfrc + spring_force(model, data.qpos)
     if not model.opt.disabled("damper"):
-        qfrc = qfrc - model.dof_damping * data.qvel
+        qfrc = qfrc - model.dof_damping_total * data.qvel
     if model.ntendon:
         qfrc = qfrc + data.ten_J.T @ tendon_force(model, data)
     if model.topology.has_gravcomp:

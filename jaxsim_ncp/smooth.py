@@ -183,7 +183,7 @@ def crb(model: Model, data: Data) -> Data:
     dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
     force = jnp.einsum("dij,dj->di", icrb[dof_body], data.cdof)
     lower = jnp.where(topo.dof_ancestor, force @ data.cdof.T, 0.0)
-    qM = lower + lower.T - jnp.diag(jnp.diag(lower)) + jnp.diag(model.dof_armature)
+    qM = lower + lower.T - jnp.diag(jnp.diag(lower)) + jnp.diag(model.dof_armature_total)
     return data.replace(qM=qM)
 
 

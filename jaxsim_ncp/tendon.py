@@ -110,7 +110,7 @@ def armature(model: Model, data: Data) -> Data:
     zero = jnp.zeros((), data.qpos.dtype)
     qpos_rate = jax.jvp(lambda h: smooth.integrate_pos(model, data.qpos, data.qvel, h), (zero,), (jnp.ones_like(zero),))[1]
     jdot_qvel = jax.jvp(velocity_at, (data.qpos,), (qpos_rate,))[1]
-    J, a = data.ten_J[ids], model.tendon_armature[ids]
+    J, a = data.ten_J[ids], model.tendon_armature_total[ids]
     anc = model.topology.dof_ancestor
     inertia = jnp.where(jnp.asarray(anc | anc.T), J.T @ (a[:, None] * J), 0.0)
     return data.replace(qM=data.qM + inertia, qfrc_bias=data.qfrc_bias + J.T @ (a * jdot_qvel))

@@ -542,12 +542,43 @@ class Model(eqx.Module):
     actuator_actrange: Float[Array, "nu 2"]
     actuator_lengthrange: Float[Array, "nu 2"]  # muscles: the length range the compiler found
     actuator_acc0: Float[Array, " nu"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
+    actuator_damping: Float[Array, " nu"]  # added, times gear^2, to the damping of what it drives
+    actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; () without
     geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] = ()
 
     @property
     def dtype(self):
         return self.body_mass.dtype
+
+    def _actuator_shares(self, per_actuator):
+        """(per dof, per tendon) sums of per_actuator * gear[0]^2 over the actuators on each joint
+        (each of its dofs) or tendon: how MuJoCo 4 adds an actuator's damping and armature to
+        what it drives (mj_actuatorDamping, mj_actuatorArmature)."""
+        topo = self.topology
+        trntype, trnid = np.asarray(topo.actuator_trntype, np.int64), np.asarray(topo.actuator_trnid, np.int64)
+        on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
+        dof_map = on_joint[None, :] & (trnid[None, :] == np.asarray(topo.dof_jntid, np.int64)[:, None])
+        tendon_map = (trntype == TRN_TENDON)[None, :] & (trnid[None, :] == np.arange(self.ntendon)[:, None])
+        weight = per_actuator * self.actuator_gear[:, 0] ** 2
+        return jnp.asarray(dof_map, self.dtype) @ weight, jnp.asarray(tendon_map, self.dtype) @ weight
+
+    @property
+    def dof_damping_total(self):
+        """Joint damping plus that of the actuators on the joint."""
+        return self.dof_damping + self._actuator_shares(self.actuator_damping)[0] if self.nu else self.dof_damping
+
+    @property
+    def dof_armature_total(self):
+        return self.dof_armature + self._actuator_shares(self.actuator_armature)[0] if self.nu else self.dof_armature
+
+    @property
+    def tendon_damping_total(self):
+        return self.tendon_damping + self._actuator_shares(self.actuator_damping)[1] if self.nu else self.tendon_damping
+
+    @property
+    def tendon_armature_total(self):
+        return self.tendon_armature + self._actuator_shares(self.actuator_armature)[1] if self.nu else self.tendon_armature
 
 
 class Contact(eqx.Module):

@@ -122,7 +122,7 @@ def check_model(model: Model) -> None:
     c.fail("body_inertia", (i1 + i2 < i3 - slack) | (i1 + i3 < i2 - slack) | (i2 + i3 < i1 - slack),
            "principal inertias violate the triangle inequality (no rigid body has them)")  # fmt: skip
 
-    for field in ("dof_damping", "dof_armature", "tendon_armature", "dof_frictionloss", "jnt_stiffness", "jnt_margin",
+    for field in ("dof_damping", "dof_armature", "tendon_armature", "actuator_damping", "actuator_armature", "dof_frictionloss", "jnt_stiffness", "jnt_margin",
                   "geom_margin", "geom_gap", "pair_margin", "pair_gap"):  # fmt: skip
         c.fail(field, c.leaf(field) < 0, "must be non-negative")
     for field in ("geom_friction", "pair_friction"):

@@ -101,11 +101,12 @@ ARM = f"""
   </worldbody>
   <actuator>
     <position name="yaw_pos" joint="yaw" kp="20" kv="2" ctrlrange="-1.5 1.5"/>
-    <position name="shoulder_pos" joint="shoulder" kp="50" gear="1.5"/>
-    <motor name="elbow_motor" joint="elbow" gear="2" ctrlrange="-1 1" forcerange="-1.5 1.5"/>
+    <position name="shoulder_pos" joint="shoulder" kp="50" gear="1.5" damping="0.1" armature="0.01"/>
+    <motor name="elbow_motor" joint="elbow" gear="2" ctrlrange="-1 1" forcerange="-1.5 1.5" armature="0.02"/>
     <velocity name="wrist_vel" joint="wrist" kv="0.5"/>
     <general name="grip_filter" joint="grip" dyntype="filter" dynprm="0.05" gainprm="10" biastype="affine" biasprm="0 -5 -0.5"/>
-    <general name="elbow_integrator" joint="elbow" dyntype="integrator" gainprm="0.3" actlimited="true" actrange="-0.5 0.5"/>
+    <general name="elbow_integrator" joint="elbow" dyntype="integrator" gainprm="0.3" actlimited="true" actrange="-0.5 0.5"
+             damping="0.05" armature="0.005"/>
     <general name="wrist_exact" joint="wrist" dyntype="filterexact" dynprm="0.02" gainprm="0.2" actearly="true"/>
   </actuator>
 </mujoco>
@@ -216,7 +217,7 @@ TENDONS = f"""
     <tendon tendon1="pulley" tendon2="couple" polycoef="0.01 0.3 0.1 0 0"/>
   </equality>
   <actuator>
-    <motor name="pull" tendon="cable" gear="2" ctrlrange="-1 1"/>
+    <motor name="pull" tendon="cable" gear="2" ctrlrange="-1 1" damping="0.05" armature="0.01"/>
     <motor name="assist" tendon="cable"/>
     <position name="hold" tendon="couple" kp="5" kv="0.5"/>
     <motor name="turn" joint="j4"/>

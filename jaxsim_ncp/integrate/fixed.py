@@ -39,7 +39,7 @@ def euler(model: Model, data: Data) -> Data:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
     qacc = linalg.solve_spd(effective_mass(model, data), force)
-    qacc = jnp.where(jnp.any(model.dof_damping > 0), qacc, data.qacc)
+    qacc = jnp.where(jnp.any(model.dof_damping_total > 0), qacc, data.qacc)
     return advance(model, data, data.act_dot, qacc)
 
 
@@ -133,13 +133,13 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
     if model.opt.integrator == "euler":
         if model.opt.disabled("damper") or (model.opt.disabled("eulerdamp") and not always_damp):
             return data.qM
-        return data.qM + h * jnp.diag(model.dof_damping)
+        return data.qM + h * jnp.diag(model.dof_damping_total)
     if model.opt.integrator == "implicitfast":
         qderiv = actuator_velocity_derivative(model, data)
         if not model.opt.disabled("damper"):
-            qderiv = qderiv - jnp.diag(model.dof_damping)
+            qderiv = qderiv - jnp.diag(model.dof_damping_total)
             if model.ntendon:  # tendon dampers: d(J^T (-b J v)) / dv (mjd_passive_vel)
-                qderiv = qderiv - data.ten_J.T @ (model.tendon_damping[:, None] * data.ten_J)
+                qderiv = qderiv - data.ten_J.T @ (model.tendon_damping_total[:, None] * data.ten_J)
         if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
             anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
             qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
