@@ -444,6 +444,13 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
     if "frictionloss" not in disableflags and np.any(m.tendon_frictionloss > 0):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, int(np.nonzero(m.tendon_frictionloss > 0)[0][0]))
         raise UnsupportedFeatureError(f"tendon {tname!r}/frictionloss with solver='ncp' (dry friction is not modelled)")
+    limit_sensors = {int(s) for s in sensor.Sens if "LIMIT" in s.name}
+    for i in np.nonzero(np.isin(np.asarray(m.sensor_type), list(limit_sensors)))[0]:
+        sname = _name(m, mujoco.mjtObj.mjOBJ_SENSOR, int(i))
+        raise UnsupportedFeatureError(
+            f"sensor {sname!r} reads MuJoCo's soft limit rows; with solver='ncp' limits are hard units "
+            "(read data.efc_force, or use solver='newton')"
+        )
     if "contact" not in disableflags:
         for g1, g2, pid in _candidate_pairs(m, "filterparent" not in disableflags):
             condim = _pair_condim(m, g1, g2, pid)
@@ -557,7 +564,7 @@ def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
         kind = int(m.sensor_type[i])
         if kind not in {int(s) for s in sensor.Sens}:
             unsupported(f"sensor {sname!r} of type {mujoco.mjtSensor(kind).name[len('mjSENS_'):].lower()}")
-        frame_kind = kind in {int(s) for s in sensor.Sens if s.name.startswith("FRAME")}
+        frame_kind = kind in {int(s) for s in sensor.Sens if s.name.startswith("FRAME")} | {int(sensor.Sens.INSIDESITE)}
         for attr in ("objtype", "reftype"):
             obj = int(getattr(m, f"sensor_{attr}")[i])
             if frame_kind and obj not in frames and (attr == "objtype" or int(m.sensor_refid[i]) >= 0):

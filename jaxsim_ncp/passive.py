@@ -21,9 +21,13 @@ from .types import Data, JointType, Model
 
 def spring_force(model: Model, qpos):
     """-k (q - q_spring) per dof; quaternion coordinates use the rotation-vector difference."""
+    jnt_of_dof = np.asarray(model.topology.dof_jntid, dtype=np.int64)
+    return -model.jnt_stiffness[jnt_of_dof] * spring_displacement(model, qpos)
+
+
+def spring_displacement(model: Model, qpos):
+    """q - q_spring per dof (the rotation vector of q_spring^-1 q on ball and free rotations)."""
     topo = model.topology
-    jnt_of_dof = np.asarray(topo.dof_jntid, dtype=np.int64)
-    stiffness = model.jnt_stiffness[jnt_of_dof]
     qidx, didx = topo.scalar_coords
     displacement = jnp.zeros(model.nv, model.dtype).at[didx].set(qpos[qidx] - model.qpos_spring[qidx])
     qadr, dadr = topo.quat_coords
@@ -31,17 +35,21 @@ def spring_force(model: Model, qpos):
         blocks = qadr[:, None] + np.arange(4)
         rotvec = math.quat_sub(math.normalize(qpos[blocks]), model.qpos_spring[blocks])
         displacement = displacement.at[dadr[:, None] + np.arange(3)].set(rotvec)
-    return -stiffness * displacement
+    return displacement
+
+
+def tendon_stretch(model: Model, data: Data):
+    """How far each tendon's length lies beyond its spring deadband [lower, upper] (signed)."""
+    lower, upper = model.tendon_lengthspring[:, 0], model.tendon_lengthspring[:, 1]
+    length = data.ten_length
+    return jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
 
 
 def tendon_force(model: Model, data: Data):
     """Scalar spring + damper force along each tendon (mj_springdamper's tendon loop)."""
     force = jnp.zeros(model.ntendon, model.dtype)
     if not model.opt.disabled("spring"):
-        lower, upper = model.tendon_lengthspring[:, 0], model.tendon_lengthspring[:, 1]
-        length = data.ten_length
-        stretch = jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
-        force = force - model.tendon_stiffness * stretch
+        force = force - model.tendon_stiffness * tendon_stretch(model, data)
     if not model.opt.disabled("damper"):
         force = force - model.tendon_damping_total * data.ten_velocity
     return force

@@ -4,8 +4,9 @@ Simulated (mjtSensor): joint, tendon and actuator position/velocity, ball joint 
 and angular velocity, frame position/axes/quaternion (optionally in a reference frame),
 frame linear/angular velocity (world or reference frame: MuJoCo's relative velocity with
 the rotating-frame term), subtree com, linear velocity and angular momentum, site
-velocimeter, gyro and magnetometer, rangefinder (ray.py), camera projection, actuator force, actuator force at a joint or tendon,
-clock; and the acceleration-stage sensors that need the constraint forces: accelerometer,
+velocimeter, gyro and magnetometer, rangefinder (ray.py), camera projection, inside-site flags,
+potential and kinetic energy, joint and tendon limit distance/velocity/force (Newton's limit
+rows), actuator force, actuator force at a joint or tendon, clock; and the acceleration-stage sensors that need the constraint forces: accelerometer,
 frame linear/angular acceleration, force and torque (the wrench a body receives from its
 parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
 point along the normal enters the site's zone). Objects: body (inertial frame), xbody,
@@ -22,7 +23,7 @@ from enum import IntEnum
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, math, ray, smooth
+from . import constraint, math, passive, ray, smooth
 from .types import TRN_TENDON, Data, Model
 
 
@@ -58,6 +59,12 @@ class Sens(IntEnum):
     TENDONACTFRC = 17
     BALLQUAT = 18
     BALLANGVEL = 19
+    JOINTLIMITPOS = 20
+    JOINTLIMITVEL = 21
+    JOINTLIMITFRC = 22
+    TENDONLIMITPOS = 23
+    TENDONLIMITVEL = 24
+    TENDONLIMITFRC = 25
     FRAMEPOS = 26
     FRAMEQUAT = 27
     FRAMEXAXIS = 28
@@ -70,6 +77,9 @@ class Sens(IntEnum):
     SUBTREECOM = 35
     SUBTREELINVEL = 36
     SUBTREEANGMOM = 37
+    INSIDESITE = 38
+    E_POTENTIAL = 43
+    E_KINETIC = 44
     CLOCK = 45
 
 
@@ -125,6 +135,10 @@ class _Shared:
     @functools.cached_property
     def rne_post(self):  # (cacc, cfrc_int)
         return smooth.rne_post_constraint(self.model, self.data, constraint.external_wrenches(self.model, self.data))
+
+    @functools.cached_property
+    def energy(self):  # (potential, kinetic)
+        return energy(self.model, self.data)
 
     @functools.cached_property
     def subtree(self):  # (subtree_linvel, subtree_angmom)
@@ -246,6 +260,66 @@ def _camera_projection(model: Model, data: Data, site: int, cam: int):
     return jnp.stack([-fx * local[0] / depth + 0.5 * width, fy * local[1] / depth + 0.5 * height])
 
 
+def energy(model: Model, data: Data):
+    """(potential, kinetic) energy (mj_energyPos, mj_energyVel): -sum_b m_b g . xipos_b plus the joint
+    springs (1/2 k x^2; x the rotation angle for ball joints, and the distance plus the angle for free
+    joints) and the tendon springs beyond their deadband; kinetic 1/2 qvel^T M qvel (armature included)."""
+    potential = jnp.zeros((), model.dtype)
+    if not model.opt.disabled("gravity"):
+        potential = potential - jnp.sum(model.body_mass[1:] * (data.xipos[1:] @ model.opt.gravity))
+    if not model.opt.disabled("spring"):
+        stiffness = model.jnt_stiffness[np.asarray(model.topology.dof_jntid, dtype=np.int64)]
+        potential = potential + 0.5 * jnp.sum(stiffness * passive.spring_displacement(model, data.qpos) ** 2)
+        if model.ntendon:
+            potential = potential + 0.5 * jnp.sum(model.tendon_stiffness * passive.tendon_stretch(model, data) ** 2)
+    return potential, 0.5 * data.qvel @ (data.qM @ data.qvel)
+
+
+def _limit_reading(model: Model, data: Data, joint: int | None, tendon: int | None, what: str):
+    """The first active limit row of a joint or tendon (MuJoCo's efc order): its distance minus
+    margin, velocity J qvel, or force; 0 when no limit row is active."""
+    layout = model.constraints
+    if joint is not None:
+        rows = [k for k, j in enumerate(layout.limit_jnts) if j == joint]
+    else:
+        rows = [len(layout.limit_jnts) + k for k, t in enumerate(layout.limit_tendons) if t == tendon]
+    if not rows:
+        return jnp.zeros(1, model.dtype)
+    rows = layout.ne + layout.nf + np.asarray(rows, dtype=np.int64)
+    value = {
+        "pos": lambda: data.efc_pos[rows] - data.efc_margin[rows],
+        "vel": lambda: data.efc_J[rows] @ data.qvel,
+        "frc": lambda: data.efc_force[rows],
+    }[what]()
+    active = data.efc_mask[rows]
+    first = jnp.argmax(active)
+    return jnp.where(jnp.any(active), value[first], 0.0)[None]
+
+
+def _inside_site(model: Model, data: Data, objtype: int, objid: int, site: int):
+    """1 if the object's position is strictly inside the site's zone (mju_insideGeom), else 0."""
+    point, _ = _frame(data, objtype, objid)
+    if objtype == Obj.BODY and objid > 0:  # a massless body with mass below it: its subtree com
+        subtree_mass = smooth._subtree(model)[objid] @ model.body_mass
+        massless = (model.body_mass[objid] < _MINVAL) & (subtree_mass >= _MINVAL)
+        point = jnp.where(massless, data.subtree_com[objid], point)
+    size = model.site_size[site]
+    local = data.site_xmat[site].T @ (point - data.site_xpos[site])
+    kind = model.topology.site_type[site]
+    if kind == _SPHERE:
+        inside = local @ local < size[0] ** 2
+    elif kind == _CAPSULE:
+        beyond = local[2] - jnp.clip(local[2], -size[1], size[1])
+        inside = local[0] ** 2 + local[1] ** 2 + beyond**2 < size[0] ** 2
+    elif kind == _ELLIPSOID:
+        inside = jnp.sum(local**2 / size**2) < 1
+    elif kind == _CYLINDER:
+        inside = (jnp.abs(local[2]) < size[1]) & (local[0] ** 2 + local[1] ** 2 < size[0] ** 2)
+    else:
+        inside = jnp.all(jnp.abs(local) < size)
+    return inside.astype(model.dtype)[None]
+
+
 def _rangefinder(model: Model, data: Data, site: int, fields: int):
     """A ray along the site's z axis (mj_ray, the site's own body excluded); the mjtRayDataField
     bits choose the outputs, in order: distance (-1: no hit), direction, origin, hit point,
@@ -298,6 +372,14 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
         return shared.subtree[kind - Sens.SUBTREELINVEL][objid]
     if kind == Sens.TOUCH:
         return _touch(model, data, shared, objid)
+    if kind in (Sens.E_POTENTIAL, Sens.E_KINETIC):
+        return shared.energy[kind - Sens.E_POTENTIAL][None]
+    if kind == Sens.INSIDESITE:
+        return _inside_site(model, data, objtype, objid, refid)
+    if Sens.JOINTLIMITPOS <= kind <= Sens.TENDONLIMITFRC:
+        on_joint = kind <= Sens.JOINTLIMITFRC
+        what = ("pos", "vel", "frc")[(kind - Sens.JOINTLIMITPOS) % 3]
+        return _limit_reading(model, data, objid if on_joint else None, None if on_joint else objid, what)
     if kind == Sens.CAMPROJECTION:
         return _camera_projection(model, data, objid, refid)
     if kind == Sens.RANGEFINDER:

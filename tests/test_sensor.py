@@ -247,3 +247,60 @@ def test_unsupported_sensors_are_refused_by_name(sensor, match):
            f"<sensor>{sensor}</sensor></mujoco>")
     with pytest.raises(jsn.UnsupportedFeatureError, match=match):
         jsn.load_mjcf(xml)
+
+
+LIMITS_ENERGY_ZONES = """<mujoco><option timestep="0.002"/>
+<worldbody><geom type="plane" size="5 5 .1"/>
+<site name="zone_box" type="box" size=".4 .3 .5" pos="0 0 .5" euler="10 20 30"/>
+<site name="zone_cap" type="capsule" size=".3 .4" pos=".5 0 .8"/>
+<site name="zone_sph" type="sphere" size=".6" pos="0 .3 1"/>
+<site name="zone_ell" type="ellipsoid" size=".6 .3 .4" pos=".2 .1 .9"/>
+<site name="zone_cyl" type="cylinder" size=".08 .3" pos="0 0 .6"/>
+<body name="arm" pos="0 0 1"><joint name="j1" type="hinge" axis="0 1 0" range="-30 40" stiffness="3" springref="10" margin="0.05"/>
+ <geom type="capsule" fromto="0 0 0 .4 0 0" size=".04"/><site name="tip" pos=".4 0 0"/>
+ <body pos=".4 0 0"><joint name="j2" type="slide" axis="1 0 0" range="-.1 .1" stiffness="20"/><geom type="sphere" size=".05"/>
+ </body></body>
+<body name="massless" pos="-.2 0 .6"><body pos=".1 0 0"><joint name="j3" type="hinge" axis="0 0 1"/><geom size=".03" pos=".1 0 0"/></body></body>
+<body name="ball" pos=".3 .2 1.2"><freejoint/><geom name="g" type="box" size=".05 .05 .05"/></body>
+<body name="bj" pos="-.5 0 1"><joint type="ball" stiffness="2"/><geom type="capsule" fromto="0 0 0 0 0 -.3" size=".03"/></body>
+</worldbody>
+<tendon><fixed name="t" limited="true" range="-.3 .2" stiffness="5" springlength="-.05 .05"><joint joint="j1" coef="1"/><joint joint="j2" coef="2"/></fixed></tendon>
+<sensor><e_potential/><e_kinetic/>
+<jointlimitpos joint="j1"/><jointlimitvel joint="j1"/><jointlimitfrc joint="j1"/><jointlimitpos joint="j2"/><jointlimitfrc joint="j2"/>
+<tendonlimitpos tendon="t"/><tendonlimitvel tendon="t"/><tendonlimitfrc tendon="t"/>
+<insidesite site="zone_box" objtype="site" objname="tip"/><insidesite site="zone_cap" objtype="body" objname="ball"/>
+<insidesite site="zone_sph" objtype="xbody" objname="ball"/><insidesite site="zone_ell" objtype="geom" objname="g"/>
+<insidesite site="zone_cyl" objtype="body" objname="massless"/>
+</sensor></mujoco>"""
+
+
+def test_limit_energy_and_inside_site_sensors_match_mujoco():
+    """Joint and tendon limit distance/velocity/force (the first active limit row), potential
+    (gravity, joint springs on hinge/slide/ball, a tendon spring beyond its deadband) and kinetic
+    energy, and inside-site flags for every zone shape (a massless static body reads its subtree
+    com); the readings' Jacobian w.r.t. the state against finite differences."""
+    m = mujoco.MjModel.from_xml_string(LIMITS_ENERGY_ZONES)
+    model = jsn.from_mujoco(m)
+    forward = jax.jit(jsn.forward)
+    rng = np.random.default_rng(0)
+    readings = []
+    for _ in range(30):
+        d = random_state(m, rng)
+        d.qpos[:2] = rng.uniform(-1, 1, 2) * [1, 0.2]  # past the joints' limits at times
+        d.qpos[3:6] = rng.uniform([-0.2, -0.3, 0.6], [0.7, 0.4, 1.4])  # the free box around the zones
+        mujoco.mj_forward(m, d)
+        out = forward(model, to_data(model, d))
+        np.testing.assert_allclose(out.sensordata, d.sensordata, rtol=1e-10, atol=1e-10)
+        readings.append(d.sensordata.copy())
+    readings = np.array(readings)
+    assert np.all(np.any(readings[:, 2:10] != 0, axis=0))  # every limit reading was active at some state
+    assert np.all(np.any(readings[:, 10:] == 1, axis=0)) and np.all(np.any(readings[:, 10:] == 0, axis=0))
+
+    data = to_data(model, d)
+    state = jnp.concatenate([data.qpos, data.qvel])
+    read = lambda x: jsn.forward(model, data.replace(qpos=x[: m.nq], qvel=x[m.nq :])).sensordata[:10]  # noqa: E731
+    jac = jax.jit(jax.jacrev(read))(state)
+    read = jax.jit(read)
+    for i in range(len(state)):
+        e = jnp.zeros_like(state).at[i].set(1e-6)
+        np.testing.assert_allclose(jac[:, i], (read(state + e) - read(state - e)) / 2e-6, rtol=1e-6, atol=1e-6)
