@@ -4,9 +4,10 @@ Simulated (mjtSensor): joint, tendon and actuator position/velocity, ball joint 
 and angular velocity, frame position/axes/quaternion (optionally in a reference frame),
 frame linear/angular velocity (world or reference frame: MuJoCo's relative velocity with
 the rotating-frame term), subtree com, linear velocity and angular momentum, site
-velocimeter, gyro and magnetometer, rangefinder (ray.py), camera projection, inside-site flags,
-potential and kinetic energy, joint and tendon limit distance/velocity/force (Newton's limit
-rows), actuator force, actuator force at a joint or tendon, clock; and the acceleration-stage sensors that need the constraint forces: accelerometer,
+velocimeter, gyro and magnetometer, rangefinder (ray.py), camera projection, inside-site
+flags, potential and kinetic energy, joint and tendon limit distance/velocity/force (the
+Newton solver's limit rows), actuator force, actuator force at a joint or tendon, clock;
+and the acceleration-stage sensors that need the constraint forces: accelerometer,
 frame linear/angular acceleration, force and torque (the wrench a body receives from its
 parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
 point along the normal enters the site's zone). Objects: body (inertial frame), xbody,
