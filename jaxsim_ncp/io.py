@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from . import ray, sensor
+from . import collision, ray, sensor
 from .cfd import CFD
 from .collision import FUNCTIONS
 from .collision.hfield import HFIELD, PARTNERS as HFIELD_PARTNERS, window as hfield_window
@@ -373,7 +373,7 @@ def from_mujoco(
         actuator_acc0=f(m.actuator_acc0),
         actuator_damping=f(m.actuator_damping),
         actuator_armature=f(m.actuator_armature),
-        geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else (),
+        geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else None,
     )
     check_model(model)
     _check_mass_matrix(m)
@@ -569,11 +569,38 @@ def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
             obj = int(getattr(m, f"sensor_{attr}")[i])
             if frame_kind and obj not in frames and (attr == "objtype" or int(m.sensor_refid[i]) >= 0):
                 unsupported(f"sensor {sname!r} on a {mujoco.mjtObj(obj).name[len('mjOBJ_'):].lower()} (sensor/{attr})")
+        if kind in (sensor.Sens.GEOMDIST, sensor.Sens.GEOMNORMAL, sensor.Sens.GEOMFROMTO):
+            _check_distance_sensor(m, i, sname, unsupported)
         if kind == sensor.Sens.RANGEFINDER and int(m.sensor_objtype[i]) != mujoco.mjtObj.mjOBJ_SITE:
             unsupported(f"sensor {sname!r}: a rangefinder on a camera (a depth image; sensor/camera)")
         for attr in ("delay", "interval", "history"):
             if np.any(np.asarray(getattr(m, f"sensor_{attr}"))[i] != 0):
                 unsupported(f"sensor {sname!r}/{attr}")
+
+
+def _distance_sensor_pairs(m: mujoco.MjModel, i: int) -> list[tuple[int, int]]:
+    """The geom pairs distance sensor i compares (a geom, or each geom of a body, on either side)."""
+    def geoms(objtype, objid):
+        if objtype == mujoco.mjtObj.mjOBJ_BODY:
+            return [g for g in range(m.ngeom) if m.geom_bodyid[g] == objid]
+        return [int(objid)]
+
+    return [(g1, g2) for g1 in geoms(int(m.sensor_objtype[i]), int(m.sensor_objid[i]))
+            for g2 in geoms(int(m.sensor_reftype[i]), int(m.sensor_refid[i]))]  # fmt: skip
+
+
+def _distance_sensor_geoms(m: mujoco.MjModel) -> set[int]:
+    kinds = {int(sensor.Sens.GEOMDIST), int(sensor.Sens.GEOMNORMAL), int(sensor.Sens.GEOMFROMTO)}
+    return {g for i in range(m.nsensor) if int(m.sensor_type[i]) in kinds for pair in _distance_sensor_pairs(m, i) for g in pair}
+
+
+def _check_distance_sensor(m: mujoco.MjModel, i: int, sname: str, unsupported) -> None:
+    """Every geom pair a distance sensor compares must have a narrow phase here."""
+    for g1, g2 in _distance_sensor_pairs(m, i):
+        t1, t2 = sorted((int(m.geom_type[g1]), int(m.geom_type[g2])))
+        if (t1, t2) != (PLANE, PLANE) and collision.distance_function(t1, t2) is None:
+            names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+            unsupported(f"sensor {sname!r}: the distance of geoms {names[0]!r} and {names[1]!r} (geom/type)")
 
 
 def _custom_numeric(m: mujoco.MjModel, name: str) -> int | None:
@@ -616,12 +643,12 @@ def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, i
 
 
 def _mesh_hulls(m: mujoco.MjModel, layout: ConstraintLayout):
-    """Convex hulls of the meshes that collide, padded to common sizes: vertices (nmesh, V, 3) in
-    the geom frame (ascending vertex id, as MuJoCo's exhaustive support search visits them),
-    polygon normals (nmesh, P, 3) and polygons as hull-vertex indices (nmesh, P, K), -1 padded.
-    Meshes that never collide get one zero vertex (they are never read)."""
-    used = sorted({int(m.geom_dataid[g]) for grp in layout.groups if MESH in grp.types
-                   for g in grp.geom1 + grp.geom2 if m.geom_type[g] == MESH})  # fmt: skip
+    """Convex hulls of the meshes that collide or that distance sensors measure, padded to common
+    sizes: vertices (nmesh, V, 3) in the geom frame (ascending vertex id, as MuJoCo's exhaustive
+    support search visits them), polygon normals (nmesh, P, 3) and polygons as hull-vertex indices
+    (nmesh, P, K), -1 padded. Other meshes get one zero vertex (they are never read)."""
+    geoms = {g for grp in layout.groups if MESH in grp.types for g in grp.geom1 + grp.geom2} | _distance_sensor_geoms(m)
+    used = sorted({int(m.geom_dataid[g]) for g in geoms if m.geom_type[g] == MESH})
     hulls = {}
     for i in used:
         adr, num = int(m.mesh_vertadr[i]), int(m.mesh_vertnum[i])

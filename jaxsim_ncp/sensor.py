@@ -6,7 +6,7 @@ frame linear/angular velocity (world or reference frame: MuJoCo's relative veloc
 the rotating-frame term), subtree com, linear velocity and angular momentum, site
 velocimeter, gyro and magnetometer, rangefinder (ray.py), camera projection, inside-site
 flags, potential and kinetic energy, joint and tendon limit distance/velocity/force (the
-Newton solver's limit rows), actuator force, actuator force at a joint or tendon, clock;
+Newton solver's limit rows), geom distance/normal/from-to, actuator force, actuator force at a joint or tendon, clock;
 and the acceleration-stage sensors that need the constraint forces: accelerometer,
 frame linear/angular acceleration, force and torque (the wrench a body receives from its
 parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
@@ -24,7 +24,7 @@ from enum import IntEnum
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, math, passive, ray, smooth
+from . import collision, constraint, math, passive, ray, smooth
 from .types import TRN_TENDON, Data, Model
 
 
@@ -79,6 +79,9 @@ class Sens(IntEnum):
     SUBTREELINVEL = 36
     SUBTREEANGMOM = 37
     INSIDESITE = 38
+    GEOMDIST = 39
+    GEOMNORMAL = 40
+    GEOMFROMTO = 41
     E_POTENTIAL = 43
     E_KINETIC = 44
     CLOCK = 45
@@ -321,6 +324,45 @@ def _inside_site(model: Model, data: Data, objtype: int, objid: int, site: int):
     return inside.astype(model.dtype)[None]
 
 
+def _geoms_of(model: Model, objtype: int, objid: int) -> list[int]:
+    """The geoms a distance sensor names: one geom, or every geom of a body (in id order)."""
+    if objtype == Obj.GEOM:
+        return [objid]
+    return [g for g, b in enumerate(model.topology.geom_bodyid) if b == objid]
+
+
+def _geom_distance(model: Model, data: Data, i: int):
+    """Smallest signed distance between two geoms or two bodies' geoms, up to the sensor's cutoff
+    (mj_geomDistance), and the segment from the first's surface to the second's (zero if none is
+    closer than the cutoff). Pairs MuJoCo sends to its convex collider (mjc_Convex, mjc_BoxBox)
+    take the exact GJK/EPA distance; the others the smallest contact of their collision
+    function run with the cutoff as margin."""
+    topo = model.topology
+    cutoff = model.sensor_cutoff[i]
+    best, fromto = cutoff, jnp.zeros(6, model.dtype)
+    for g1 in _geoms_of(model, topo.sensor_objtype[i], topo.sensor_objid[i]):
+        for g2 in _geoms_of(model, topo.sensor_reftype[i], topo.sensor_refid[i]):
+            flip = topo.geom_type[g1] > topo.geom_type[g2]
+            ga, gb = (g2, g1) if flip else (g1, g2)
+            fn = collision.distance_function(topo.geom_type[ga], topo.geom_type[gb])
+            if fn is None:  # no collision function for the pair (two planes): MuJoCo reports the cutoff
+                continue
+            frames = [collision.geom_frame(model, data, g) for g in (ga, gb)]
+            col = fn(*frames, cutoff)
+            dist = jnp.where(col.valid, col.dist, jnp.inf)
+            k = jnp.argmin(dist)  # the first smallest, as MuJoCo's strict comparison
+            closer = dist[k] < best
+            half = (-0.5 if flip else 0.5) * col.dist[k] * col.frame[k, 0]
+            best = jnp.where(closer, col.dist[k], best)
+            fromto = jnp.where(closer, jnp.concatenate([col.pos[k] - half, col.pos[k] + half]), fromto)
+    kind = Sens(topo.sensor_type[i])
+    if kind == Sens.GEOMDIST:
+        return best[None]
+    if kind == Sens.GEOMNORMAL:
+        return math.normalize(fromto[3:] - fromto[:3])
+    return fromto
+
+
 def _rangefinder(model: Model, data: Data, site: int, fields: int):
     """A ray along the site's z axis (mj_ray, the site's own body excluded); the mjtRayDataField
     bits choose the outputs, in order: distance (-1: no hit), direction, origin, hit point,
@@ -375,6 +417,8 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
         return _touch(model, data, shared, objid)
     if kind in (Sens.E_POTENTIAL, Sens.E_KINETIC):
         return shared.energy[kind - Sens.E_POTENTIAL][None]
+    if kind in (Sens.GEOMDIST, Sens.GEOMNORMAL, Sens.GEOMFROMTO):
+        return _geom_distance(model, data, i)
     if kind == Sens.INSIDESITE:
         return _inside_site(model, data, objtype, objid, refid)
     if Sens.JOINTLIMITPOS <= kind <= Sens.TENDONLIMITFRC:
@@ -433,6 +477,6 @@ def sensors(model: Model, data: Data) -> Data:
     dim = np.asarray(topo.sensor_dim, dtype=np.int64)
     datatype = np.repeat(np.asarray(topo.sensor_datatype, dtype=np.int64), dim)
     cutoff = jnp.repeat(model.sensor_cutoff, dim, total_repeat_length=int(dim.sum()))
-    on = cutoff > 0
+    on = (cutoff > 0) & (np.repeat(np.asarray(topo.sensor_type), dim) != Sens.GEOMFROMTO)  # its cutoff is its range
     clipped = jnp.where(datatype == _REAL, jnp.clip(values, -cutoff, cutoff), jnp.where(datatype == _POSITIVE, jnp.minimum(values, cutoff), values))
     return data.replace(sensordata=jnp.where(on, clipped, values))

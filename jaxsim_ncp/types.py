@@ -544,8 +544,8 @@ class Model(eqx.Module):
     actuator_acc0: Float[Array, " nu"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
     actuator_damping: Float[Array, " nu"]  # added, times gear^2, to the damping of what it drives
     actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
-    # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; () without
-    geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] = ()
+    # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
+    geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] | None = None
 
     @property
     def dtype(self):

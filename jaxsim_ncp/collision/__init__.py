@@ -4,6 +4,6 @@
 geom-type pair (type1 <= type2); see `base` for the function contract.
 """
 
-from .driver import FUNCTIONS, collide
+from .driver import FUNCTIONS, collide, distance_function, geom_frame
 
-__all__ = ["FUNCTIONS", "collide"]
+__all__ = ["FUNCTIONS", "collide", "distance_function", "geom_frame"]

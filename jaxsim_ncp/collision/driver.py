@@ -141,6 +141,22 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
     return Contact(**{k: jnp.concatenate([p[k] for p in parts]) for k in parts[0]}, overflow=overflow)
 
 
+def distance_function(type1: int, type2: int):
+    """The narrow phase mj_geomDistance runs for a geom-type pair (type1 <= type2), or None:
+    the exact convex distance where MuJoCo uses its convex collider (mjc_Convex, mjc_BoxBox,
+    with nativeccd), else the pair's collision function."""
+    if PLANE not in (type1, type2) and (type1, type2) not in primitives.FUNCTIONS:
+        return convex.convex_contact(type1, type2)
+    entry = FUNCTIONS.get((type1, type2))
+    return None if entry is None else entry[0]
+
+
+def geom_frame(model: Model, data: Data, geom: int) -> GeomFrame:
+    """One geom's narrow-phase input (pose, size and, for a mesh, its hull)."""
+    frame = _frames(model, data, np.array([geom]), model.topology.geom_type[geom])
+    return jax.tree.map(lambda x: x[0], frame)
+
+
 def _frames(model: Model, data: Data, geoms, geom_type: int) -> GeomFrame:
     hull = None
     if geom_type == mesh.MESH:
