@@ -254,6 +254,28 @@ def test_an_unconverged_solve_returns_its_best_iterate():
     assert res[29] < 1e-4, res  # the default budget of 30
 
 
+def test_the_predictor_aims_at_kappa_so_the_iteration_has_no_spurious_fixed_point():
+    """A humanoid foot's step at dt = 0.01 (saved Problem, float32 run of experiments/ncp_convergence.py:
+    8 contacts, two carrying the load while sliding slowly), solved in float64 at the float32 run's
+    kappa. When the affine predictor aimed at zero complementarity, Mehrotra's corrector (built from
+    it) kept a bias of order kappa at the solution: the iteration stopped moving with the scaled
+    residual at 7.4e-5 for ever. Aimed at kappa, and with full Newton steps where the cone boundary
+    allows, it converges quadratically (1e-4, 4e-7, 1e-13)."""
+    from jaxsim_ncp.solver import ncp
+
+    saved = np.load(pathlib.Path(__file__).parent / "data" / "ncp_humanoid_fixed_point.npz")
+    p = ncp.Problem(**{k: jnp.asarray(saved[k]) for k in ncp.Problem._fields})
+    kappa, tolerance = 1.1920929e-05, 1e-12
+
+    @jax.jit
+    def solve(p):
+        x, done, count = ncp._iterate(ncp._mehrotra_step, ncp.initial_point(p), p, kappa, tolerance, 30, True)
+        return ncp.scaled_residual(x, p, kappa), done, count
+
+    res, done, count = map(np.asarray, solve(p))
+    assert done and res <= tolerance and count <= 20, (res, count)
+
+
 def test_a_redundant_equality_row_converges_with_bounded_impulses():
     """A connect 0.4 m below a ball joint's centre leaves only the spin about that axis free, and
     its third row is redundant (no velocity changes it to first order, its drift is second order).

@@ -34,10 +34,11 @@ about 1e-8 L and creeps at most 1e-8 L per step.
 Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the Newton
 system of the residual is reduced per unit (each 8x8 block inverted in closed form) to
 one (nv + ne) system, LU-factored once and applied to three right-hand sides: an
-affine step aiming at zero complementarity, the cone line search (eqs. 41-46),
-centering sigma = (mu_aff / mu)^3 (eq. 54); then Mehrotra's corrector (the
-second-order term) and the plain direction, both aiming at max(sigma mu, kappa), and
-the one that can step further is taken, with fraction-to-boundary 0.99; if neither
+affine step aiming at complementarity kappa (not 0: then it and the corrector vanish at
+the solution), the cone line search (eqs. 41-46), centering sigma = (mu_aff / mu)^3
+(eq. 54); then Mehrotra's corrector (the second-order term) and the plain direction,
+both aiming at max(sigma mu, kappa), and the one that can step further is taken, with
+fraction-to-boundary 0.99 and full Newton steps where the boundary allows; if neither
 gets half-way, the step re-centres towards 10 mu instead and moves the friction cone
 pairs 10% inside their cones (`_off_the_cone_boundary`). Converged
 means every row of the residual is below `tolerance` relative to its terms
@@ -358,11 +359,17 @@ def _soc_step(y, d):
 
 
 def max_step(u, du, p: Problem):
-    """Largest alpha in [0, 1] keeping every active unit's cone variables in their cones (Alg. 1)."""
+    """Largest alpha keeping every active unit's cone variables in their cones (Alg. 1), inf if unbounded."""
     orth = jnp.minimum(_orthant_step(u[:, 0], du[:, 0]), _orthant_step(u[:, 1], du[:, 1]))
     soc = jnp.minimum(jax.vmap(_soc_step)(u[:, 2:5], du[:, 2:5]), jax.vmap(_soc_step)(u[:, 5:8], du[:, 5:8]))
     alpha = jnp.minimum(orth, jnp.where(p.friction > 0, soc, jnp.inf))
-    return jnp.minimum(1.0, jnp.min(jnp.where(p.active > 0, alpha, jnp.inf), initial=jnp.inf))
+    return jnp.min(jnp.where(p.active > 0, alpha, jnp.inf), initial=jnp.inf)
+
+
+def _step_length(alpha):
+    """Fraction-to-boundary (0.99 of the way to the boundary) and at most the full Newton step: a
+    boundary beyond 1 / 0.99 allows the full step, which converges quadratically (0.99 would not)."""
+    return jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * alpha)
 
 
 def complementarity(u, p: Problem):
@@ -442,9 +449,13 @@ def _mehrotra_step(x, p: Problem, kappa):
     u = _unpack(x, p)[2]
     nt = _nt(u)
     factor = factorize(x, p, nt)
-    d_aff = newton_direction(factor, p, _nt_residual(x, p, nt, 0.0))
+    # the affine (predictor) step aims at kappa, not 0: it vanishes at the kappa-central solution and
+    # so does Mehrotra's corrector built from it. Aimed at 0 it does not, and the corrector's bias (of
+    # order kappa, as large as the tolerance) balanced the residual at a spurious fixed point (humanoid
+    # foot, float64: scaled residual stuck at 7e-5 for 30 iterations; now 1e-13 in 12)
+    d_aff = newton_direction(factor, p, _nt_residual(x, p, nt, kappa))
     du_aff = _unpack(d_aff, p)[2]
-    a_aff = max_step(u, du_aff, p)
+    a_aff = jnp.minimum(1.0, max_step(u, du_aff, p))
     mu = complementarity(u, p)
     mu_aff = complementarity(u + a_aff * du_aff, p)
     sigma = jnp.clip(mu_aff / jnp.maximum(mu, jnp.finfo(x.dtype).tiny), 0.0, 1.0) ** 3
@@ -461,10 +472,10 @@ def _mehrotra_step(x, p: Problem, kappa):
     )
     directions = jax.vmap(lambda r: newton_direction(factor, p, r))(residuals)
     alphas = jax.vmap(lambda d: max_step(u, _unpack(d, p)[2], p))(directions)
-    best = jnp.argmax(alphas[:2])
+    best = jnp.argmax(jnp.minimum(alphas[:2], 1.0))  # the corrector unless the plain one goes further
     stalled = alphas[best] < _STALLED_STEP
     best = jnp.where(stalled, 2, best)
-    x = x + jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * alphas[best]) * directions[best]
+    x = x + _step_length(alphas[best]) * directions[best]
     v, le, u = _unpack(x, p)
     return jnp.where(stalled, _pack(v, le, _off_the_cone_boundary(u, p)), x)
 
@@ -487,8 +498,7 @@ def _centering_step(x, p: Problem, kappa):
     u = _unpack(x, p)[2]
     nt = _nt(u)
     d = newton_direction(factorize(x, p, nt), p, _nt_residual(x, p, nt, kappa))
-    alpha = jnp.minimum(1.0, _FRACTION_TO_BOUNDARY * max_step(u, _unpack(d, p)[2], p))
-    return x + alpha * d
+    return x + _step_length(max_step(u, _unpack(d, p)[2], p)) * d
 
 
 def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_exit: bool, skip=False):
