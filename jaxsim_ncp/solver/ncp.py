@@ -39,8 +39,8 @@ the solution), the cone line search (eqs. 41-46), centering sigma = (mu_aff / mu
 (eq. 54); then Mehrotra's corrector (the second-order term) and the plain direction,
 both aiming at max(sigma mu, kappa), and the one that can step further is taken, with
 fraction-to-boundary 0.99 and full Newton steps where the boundary allows; if neither
-gets half-way, the step re-centres towards 10 mu instead and moves the friction cone
-pairs 10% inside their cones (`_off_the_cone_boundary`). Converged
+gets 30% of the way, the step re-centres towards 10 mu instead, moves the friction cone
+pairs 10% inside their cones and turns sliding friction against the slip (`_off_the_cone_boundary`). Converged
 means every row of the residual is below `tolerance` relative to its terms
 (`scaled_residual`). At most `iterations` iterations; a world that converged is frozen
 (per-world mask), so the solver vmaps; the loop stops when every world is done
@@ -68,7 +68,7 @@ from .implicit import implicit_solver
 NU = 8  # variables per unit: gamma, s, xi (3), eta (3)
 _U_INIT = (1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 _FRACTION_TO_BOUNDARY = 0.99
-_STALLED_STEP = 0.5  # below this step length the iteration re-centres (`_mehrotra_step`)
+_STALLED_STEP = 0.3  # below this step length the iteration re-centres (`_mehrotra_step`)
 
 
 class Problem(NamedTuple):
@@ -463,7 +463,7 @@ def _mehrotra_step(x, p: Problem, kappa):
     # Mehrotra's corrected direction, or the plain one to the same target if that reaches further:
     # when the boundary cuts the affine step short, the second-order term overshoots and the
     # iteration can cycle (a sphere 1.75 mm deep, sliding at 2 m/s: period 4, never converging).
-    # If neither gets half-way, re-centre towards 10 mu and move the cone pairs off their boundary:
+    # If neither gets 30% of the way, re-centre towards 10 mu and move the cone pairs off their boundary:
     # a sliding contact near its cone boundary can turn only by ~sqrt(distance to the boundary)
     # per step, so once mu is small a turn that is still due jams the iteration (float32 humanoid,
     # 1000 worlds x 50 steps: 169 unconverged, 141 with the re-centring, 127 with both)
@@ -483,13 +483,18 @@ def _mehrotra_step(x, p: Problem, kappa):
 def _off_the_cone_boundary(u, p: Problem, margin: float = 0.1):
     """Every friction unit's pair at least `margin` inside its cones: eta_0 >= (1 + margin) |eta_t|
     (eta_0 is a pure slack: no linear row changes) and |xi_t| <= xi_0 / (1 + margin) (the friction
-    impulse shrinks; the next Newton step rebalances the momentum). After a stalled step this lets
-    a jammed sliding contact turn (captured humanoid steps: 23 -> 7 unconverged)."""
+    impulse shrinks; the next Newton step rebalances the momentum); a sliding unit's friction
+    (|eta_t| > eta_0 / 2) is also turned to oppose its current slip (maximum dissipation at the
+    current velocity). After a stalled step this lets a jammed sliding contact turn (humanoid,
+    1000 worlds x 50 steps, float32: 95 unconverged steps with the shrink alone, 47 with the turn
+    and re-centring below 30% instead of half-way; captured steps: 23 -> 7 with the first kick)."""
+    tiny = jnp.finfo(u.dtype).tiny
     eta_t = jnp.linalg.norm(u[:, 6:8], axis=-1)
     xi_t = jnp.linalg.norm(u[:, 3:5], axis=-1)
     eta0 = jnp.maximum(u[:, 5], (1.0 + margin) * eta_t)
-    shrink = jnp.minimum(1.0, u[:, 2] / jnp.maximum((1.0 + margin) * xi_t, jnp.finfo(u.dtype).tiny))
-    moved = u.at[:, 5].set(eta0).at[:, 3:5].multiply(shrink[:, None])
+    radius = jnp.minimum(xi_t, u[:, 2] / (1.0 + margin))
+    direction = jnp.where((eta_t > 0.5 * u[:, 5])[:, None], -u[:, 6:8] / jnp.maximum(eta_t, tiny)[:, None], u[:, 3:5] / jnp.maximum(xi_t, tiny)[:, None])
+    moved = u.at[:, 5].set(eta0).at[:, 3:5].set(radius[:, None] * direction)
     return jnp.where((p.friction * p.active)[:, None] > 0, moved, u)
 
 
