@@ -242,7 +242,7 @@ def from_mujoco(
         wrap_side=tuple(
             int(round(prm)) if int(t) in (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER)) else -1
             for t, prm in zip(m.wrap_type, m.wrap_prm)
-        ),  # side sites are inside their geom (_check_tendons)
+        ),
         tendon_names=names(mujoco.mjtObj.mjOBJ_TENDON, m.ntendon),
         body_treeid=ints(m.body_treeid),
         dof_treeid=ints(m.dof_treeid),
@@ -527,29 +527,11 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
-    """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping) are
-    simulated, with armature (MuJoCo's compiler refuses it on wrapping tendons); MuJoCo 4's other tendon extras are refused, naming the tendon, and so is a side site
-    outside its wrapping geom: MuJoCo 4.0 wraps those differently from its documented
-    algorithm (and from MJX) in about a third of random configurations, and we reproduce the
-    documented one only where the two agree (no side site, or one inside the geom)."""
+    """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping with or
+    without side sites) are simulated, with armature (MuJoCo's compiler refuses it on wrapping
+    tendons); MuJoCo 4's other tendon extras are refused, naming the tendon."""
     for t in range(m.ntendon):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
-        adr, num = int(m.tendon_adr[t]), int(m.tendon_num[t])
-        for w in range(adr, adr + num):
-            side = int(round(m.wrap_prm[w]))
-            if int(m.wrap_type[w]) not in (int(mujoco.mjtWrap.mjWRAP_SPHERE), int(mujoco.mjtWrap.mjWRAP_CYLINDER)) or side < 0:
-                continue
-            g = int(m.wrap_objid[w])
-            rot = np.zeros(9)
-            mujoco.mju_quat2Mat(rot, m.geom_quat[g])
-            local = rot.reshape(3, 3).T @ (m.site_pos[side] - m.geom_pos[g])
-            if int(m.site_bodyid[side]) != int(m.geom_bodyid[g]) or np.linalg.norm(local) >= m.geom_size[g, 0]:
-                sname, gname = _name(m, mujoco.mjtObj.mjOBJ_SITE, side), _name(m, mujoco.mjtObj.mjOBJ_GEOM, g)
-                unsupported(
-                    f"tendon {tname!r}: side site {sname!r} outside its wrapping geom {gname!r} (spatial/geom/sidesite; "
-                    "MuJoCo 4's rule for outside side sites is not reproduced: omit it, or place it inside the geom "
-                    "on the geom's body)"
-                )
         for attr, what in (("tendon_stiffnesspoly", "stiffness with polynomial terms"),
                            ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield")):  # fmt: skip
             if np.any(np.asarray(getattr(m, attr))[t] != 0):

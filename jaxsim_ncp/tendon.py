@@ -6,7 +6,7 @@ Spatial tendon: a path of sites, split into branches by pulleys (divisor D):
                 J += u^T (J_p(p1) - J_p(p0)) / D,   u = (p1 - p0) / |p1 - p0|
                 (segments whose two sites are on one body add length only, as MuJoCo).
                 A sphere or cylinder between two sites may wrap the segment (wrap.py;
-                a side site must lie inside the geom, which selects the inside wrap):
+                a side site inside the geom selects the inside wrap, one outside it the side):
                 p0 -> t0, an arc of length w on the geom, t1 -> p1; the moment arms come
                 from the two straight pieces (the arc rides on the geom's body).
 ten_velocity = J qvel.
@@ -130,11 +130,11 @@ def _spatial(model: Model, data: Data, seg: np.ndarray, length, J):
     if len(wraps):
         g = geom[wraps]
         bg = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[g]
-        inside = np.asarray(model.topology.wrap_side, dtype=np.int64)[wrap_at[wraps]] >= 0
+        side = np.asarray(model.topology.wrap_side, dtype=np.int64)[wrap_at[wraps]]
         cylinder = np.asarray(model.topology.wrap_type, dtype=np.int64)[wrap_at[wraps]] == WrapType.CYLINDER
         wlen, t0, t1 = jax.vmap(wrap.wrap)(
             p0[wraps], p1[wraps], data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g, 0],
-            jnp.asarray(cylinder), jnp.asarray(inside),
+            jnp.asarray(cylinder), jnp.asarray(side >= 0), data.site_xpos[np.maximum(side, 0)],
         )  # fmt: skip
         wrapped = wlen >= 0
         q0, q1 = p0[wraps], p1[wraps]

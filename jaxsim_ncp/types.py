@@ -150,7 +150,7 @@ class Topology:
     tendon_num: tuple[int, ...] = ()
     wrap_type: tuple[int, ...] = ()  # WrapType of each path element
     wrap_objid: tuple[int, ...] = ()  # joint (fixed tendon) or site id
-    wrap_side: tuple[int, ...] = ()  # side site (inside the geom) of a sphere/cylinder element, -1: none
+    wrap_side: tuple[int, ...] = ()  # side site of a sphere/cylinder element, -1: none
     tendon_names: tuple[str, ...] = ()
     body_treeid: tuple[int, ...] = ()  # kinematic tree of each body (-1: static), MuJoCo's numbering
     dof_treeid: tuple[int, ...] = ()

@@ -7,8 +7,13 @@ local xy plane, the arc then rising linearly along z. A side site inside the geo
 the "inside" wrap: one contact point, the root of asin(A z) + asin(B z) - 2 asin(z) + G = 0
 by Newton's method (at most 20 steps, to |f| <= max(1e-10, 10 eps)). The path length is
 stationary in that point: MuJoCo 4's lengths agree to ~1e-15, its points only to ~1e-7.
-Side sites outside the geom are refused at load (io.py): MuJoCo 4 no longer follows its
-documented rule for them.
+A side site outside the geom follows MuJoCo 4.0's rule (changelog 4.0.0, "Changed the
+semantics of sidesite"; the older half-plane rule and MJX differ): the path is the shortest
+one winding around the circle the same way as the polyline e0 -> side -> e1. With signed
+angles W = ang(e0, side) + ang(side, e1) and theta = ang(e0, e1) (W - theta is 0 or +-2 pi),
+the segment stays straight where W = theta and it misses the circle; otherwise it wraps
+counter-clockwise where W > 0, clockwise where W < 0, the arc possibly longer than pi.
+Whether a side site is inside is decided every step (it may sit on another body).
 
 Every branch is computed and selected with `jnp.where` (vmappable) on guarded inputs, so
 gradients stay finite on both sides of a switch.
@@ -82,6 +87,37 @@ def _wrap_circle(end, radius):
     return jnp.where(none, -1.0, _length_circle(p0, p1, second, radius)), jnp.concatenate([p0, p1])
 
 
+def _angle(a, b):
+    """Signed angle from a to b (2D), in (-pi, pi]; finite gradient where a or b is 0."""
+    y, x = _cross2(a, b), jnp.dot(a, b)
+    zero = (y == 0) & (x == 0)
+    return jnp.where(zero, 0.0, jnp.arctan2(y, jnp.where(zero, 1.0, x)))
+
+
+def _wrap_sided(end, side, radius):
+    """2D wrap with a side site outside the circle (MuJoCo 4.0, module docstring): (length or -1, points (4,))."""
+    e0, e1 = end[:2], end[2:]
+    sqlen0, sqlen1, sqrad = e0 @ e0, e1 @ e1, radius * radius
+    dif = e1 - e0
+    dd = dif @ dif
+    a = jnp.clip(-_safe_div(dif @ e0, dd), 0.0, 1.0)
+    nearest = a * dif + e0
+    clear = nearest @ nearest > sqrad
+    winding = _angle(e0, side) + _angle(side, e1)
+    straight = clear & (jnp.abs(winding - _angle(e0, e1)) < jnp.pi)
+    none = (sqlen0 < sqrad) | (sqlen1 < sqrad) | (radius < MINVAL) | (dd < MINVAL) | straight
+    sigma = jnp.where(winding > 0, 1.0, -1.0)
+    # tangent points at polar angles angle(e) +- acos(r / |e|), travelling sigma-wise from t0 to t1
+    len0, len1 = math.safe_norm(e0), math.safe_norm(e1)
+    acos0 = jnp.arccos(jnp.where(none, 0.5, _safe_div(radius, len0)))
+    acos1 = jnp.arccos(jnp.where(none, 0.5, _safe_div(radius, len1)))
+    a0 = _angle(jnp.ones_like(e0).at[1].set(0.0), e0) + sigma * acos0
+    a1 = _angle(jnp.ones_like(e1).at[1].set(0.0), e1) - sigma * acos1
+    arc = jnp.mod(sigma * (a1 - a0), 2 * jnp.pi)
+    points = radius * jnp.stack([jnp.cos(a0), jnp.sin(a0), jnp.cos(a1), jnp.sin(a1)])
+    return jnp.where(none, -1.0, radius * arc), points
+
+
 def _wrap_inside(end, radius):
     """2D inside wrap (side site within the circle): (0 or -1, points (4,)), both points equal."""
     e0, e1 = end[:2], end[2:]
@@ -135,13 +171,17 @@ def _wrap_inside(end, radius):
     return jnp.where(none, -1.0, 0.0), jnp.concatenate([point, point])
 
 
-def wrap(x0, x1, xpos, xmat, radius, cylinder, inside):
+def wrap(x0, x1, xpos, xmat, radius, cylinder, has_side, side):
     """mju_wrap: (length of the wrapped part or -1 for no wrap, tangent points t0, t1 (world)).
 
     x0, x1: segment ends; xpos, xmat, radius: the geom; cylinder: bool (else a sphere);
-    inside: the element has a side site inside the geom (the inside wrap).
+    has_side: the element has a side site, at `side` (world): inside the geom it selects the
+    inside wrap, outside it the side of the circle (MuJoCo 4.0's rule).
     """
     p0, p1 = xmat.T @ (x0 - xpos), xmat.T @ (x1 - xpos)
+    side = xmat.T @ (side - xpos)
+    inside = has_side & (math.safe_norm(side) < radius)
+    sided = has_side & ~inside
     none = (math.safe_norm(p0) < MINVAL) | (math.safe_norm(p1) < MINVAL)
     # sphere: the plane of p0, p1 and the centre (another normal when they are parallel)
     axis0 = math.normalize(p0)
@@ -158,8 +198,9 @@ def wrap(x0, x1, xpos, xmat, radius, cylinder, inside):
     end = jnp.stack([p0 @ axis0, p0 @ axis1, p1 @ axis0, p1 @ axis1])
     len_in, pnt_in = _wrap_inside(end, radius)
     len_circ, pnt_circ = _wrap_circle(end, radius)
-    wlen = jnp.where(inside, len_in, len_circ)
-    pnt = jnp.where(inside, pnt_in, pnt_circ)
+    len_side, pnt_side = _wrap_sided(end, jnp.stack([side @ axis0, side @ axis1]), radius)
+    wlen = jnp.where(inside, len_in, jnp.where(sided, len_side, len_circ))
+    pnt = jnp.where(inside, pnt_in, jnp.where(sided, pnt_side, pnt_circ))
     wrapped = ~none & (wlen >= 0)
 
     res0 = axis0 * pnt[0] + axis1 * pnt[1]

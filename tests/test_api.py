@@ -40,10 +40,6 @@ def test_malformed_xml_raises():
          "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
          "site semantics"),
         # tendon features not simulated yet name the tendon
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><site name='s0'/><geom name='w' size='.05'/>"
-         "<site name='out' pos='0 .1 0'/><body pos='.2 0 0'><joint/><geom size='.1'/><site name='s1'/></body></worldbody>"
-         "<tendon><spatial name='wrapped'><site site='s0'/><geom geom='w' sidesite='out'/><site site='s1'/></spatial></tendon></mujoco>",
-         "tendon 'wrapped': side site 'out' outside its wrapping geom 'w'"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<tendon><fixed name='poly' stiffness='1 0.5'><joint joint='j' coef='1'/></fixed></tendon></mujoco>",
          "tendon 'poly'/stiffness with polynomial terms"),

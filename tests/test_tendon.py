@@ -164,6 +164,71 @@ def test_wrapped_tendon_gradients_match_finite_differences():
         np.testing.assert_allclose(jac[:, i], (f(x + e) - f(x - e)) / 2e-6, rtol=1e-5, atol=1e-7)
 
 
+SIDE_SITES_OUTSIDE = """
+<mujoco>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <geom name="ball" type="sphere" size="0.1" pos="0.05 -0.02 0.03" euler="17 -29 40"/>
+    <geom name="drum" type="cylinder" size="0.1 0.5" pos="0.05 -0.02 0.03" euler="17 -29 40"/>
+    <body name="a" mocap="true"><site name="a"/></body>
+    <body name="b" mocap="true"><site name="b"/></body>
+    <body name="s" mocap="true"><site name="s"/></body>
+  </worldbody>
+  <tendon>
+    <spatial name="on_ball"><site site="a"/><geom geom="ball" sidesite="s"/><site site="b"/></spatial>
+    <spatial name="on_drum"><site site="a"/><geom geom="drum" sidesite="s"/><site site="b"/></spatial>
+  </tendon>
+</mujoco>
+"""
+
+
+def test_side_sites_outside_the_geom_follow_mujoco_4():
+    """MuJoCo 4.0's side-site rule (the path winds around the geom as the polyline through the
+    side site does; the older half-plane rule disagrees in about a quarter of these cases): over
+    random end points (close to the surface and far) and side sites outside, in and out of the
+    wrapping plane, sphere and cylinder lengths and wrap points match MuJoCo; the length's
+    gradient w.r.t. the end points matches finite differences where the path wraps."""
+    m = mujoco.MjModel.from_xml_string(SIDE_SITES_OUTSIDE)
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    rng = np.random.default_rng(5)
+    center, radius = m.geom_pos[0], 0.1
+
+    def outside(lo, hi, n):
+        v = rng.normal(size=(n, 3))
+        return center + v / np.linalg.norm(v, axis=1, keepdims=True) * rng.uniform(lo, hi, size=(n, 1)) * radius
+
+    n = 300
+    mocap = np.stack([outside(1.02, 4.0, n), outside(1.02, 4.0, n), outside(1.05, 4.0, n)], axis=1)
+    mocap[: n // 3, :2] = outside(1.001, 1.05, n // 3)[:, None]  # ends close to the surface (long arcs)
+    mocap[: n // 3, 1] = outside(1.001, 1.05, n // 3)
+    ref_len, wraps = [], 0
+    for pos in mocap:
+        d.mocap_pos[:] = pos
+        mujoco.mj_forward(m, d)
+        ref_len.append(d.ten_length.copy())
+        wraps += int(np.sum(d.ten_wrapnum == 4))
+    assert 0.3 * 2 * n < wraps < 0.95 * 2 * n  # both wrapped and straight paths
+
+    def length(ends, side):
+        length = jsn.forward(model, jsn.make_data(model).replace(mocap_pos=jnp.concatenate([ends, side[None]]))).ten_length
+        return length, length
+
+    # one program: the lengths and their Jacobian w.r.t. the two end points, every configuration
+    jac_and_length = jax.jit(jax.vmap(jax.jacfwd(length, has_aux=True)))
+    jac, ours = jac_and_length(jnp.asarray(mocap[:, :2]), jnp.asarray(mocap[:, 2]))
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(ref_len), rtol=0, atol=1e-10)
+    eps = 1e-6
+    for i in range(6):  # central differences, every end-point coordinate of every configuration at once
+        step = np.zeros((n, 2, 3))
+        step[:, i // 3, i % 3] = eps
+        plus = np.asarray(jac_and_length(jnp.asarray(mocap[:, :2] + step), jnp.asarray(mocap[:, 2]))[1])
+        minus = np.asarray(jac_and_length(jnp.asarray(mocap[:, :2] - step), jnp.asarray(mocap[:, 2]))[1])
+        fd = (plus - minus) / (2 * eps)
+        same_path = np.abs(plus + minus - 2 * np.asarray(ours)) < 1e-9  # no wrap switch within +-eps
+        np.testing.assert_allclose(np.asarray(jac)[:, :, i // 3, i % 3][same_path], fd[same_path], atol=1e-6)
+
+
 ARMATURE_ON_ROTATIONS = """
 <mujoco>
   <default><geom contype="0" conaffinity="0"/></default>
