@@ -61,16 +61,21 @@ def _length_circle(p0, p1, second, radius):
     return radius * jnp.where(flip, 2 * jnp.pi - angle, angle)
 
 
+def _no_wrap_and_clear(e0, e1, radius):
+    """(no wrap possible: an end inside the circle or a degenerate segment, the segment misses the circle)."""
+    sqlen0, sqlen1, sqrad = e0 @ e0, e1 @ e1, radius * radius
+    dif = e1 - e0
+    dd = dif @ dif
+    nearest = jnp.clip(-_safe_div(dif @ e0, dd), 0.0, 1.0) * dif + e0
+    return (sqlen0 < sqrad) | (sqlen1 < sqrad) | (radius < MINVAL) | (dd < MINVAL), nearest @ nearest > sqrad
+
+
 def _wrap_circle(end, radius):
     """2D wrap of end[0:2] -> end[2:4] around a circle at the origin: (length or -1, points (4,))."""
     e0, e1 = end[:2], end[2:]
     sqlen0, sqlen1, sqrad = e0 @ e0, e1 @ e1, radius * radius
-    dif = e1 - e0
-    dd = dif @ dif
-    a = jnp.clip(-_safe_div(dif @ e0, dd), 0.0, 1.0)
-    nearest = a * dif + e0
-    clear = nearest @ nearest > sqrad
-    none = (sqlen0 < sqrad) | (sqlen1 < sqrad) | (radius < MINVAL) | (dd < MINVAL) | clear
+    invalid, clear = _no_wrap_and_clear(e0, e1, radius)
+    none = invalid | clear
     sqrt0, sqrt1 = _sqrt_pos(sqlen0 - sqrad), _sqrt_pos(sqlen1 - sqrad)
     sols, goods = [], []
     for sgn in (1.0, -1.0):
@@ -97,15 +102,9 @@ def _angle(a, b):
 def _wrap_sided(end, side, radius):
     """2D wrap with a side site outside the circle (MuJoCo 4.0, module docstring): (length or -1, points (4,))."""
     e0, e1 = end[:2], end[2:]
-    sqlen0, sqlen1, sqrad = e0 @ e0, e1 @ e1, radius * radius
-    dif = e1 - e0
-    dd = dif @ dif
-    a = jnp.clip(-_safe_div(dif @ e0, dd), 0.0, 1.0)
-    nearest = a * dif + e0
-    clear = nearest @ nearest > sqrad
+    invalid, clear = _no_wrap_and_clear(e0, e1, radius)
     winding = _angle(e0, side) + _angle(side, e1)
-    straight = clear & (jnp.abs(winding - _angle(e0, e1)) < jnp.pi)
-    none = (sqlen0 < sqrad) | (sqlen1 < sqrad) | (radius < MINVAL) | (dd < MINVAL) | straight
+    none = invalid | (clear & (jnp.abs(winding - _angle(e0, e1)) < jnp.pi))
     sigma = jnp.where(winding > 0, 1.0, -1.0)
     # tangent points at polar angles angle(e) +- acos(r / |e|), travelling sigma-wise from t0 to t1
     len0, len1 = math.safe_norm(e0), math.safe_norm(e1)
