@@ -77,6 +77,14 @@ qvel, geom_friction, timestep and controls, the failing step index ``step``, the
 reproduced alone: put geom_friction/timestep into the scene's model with ``eqx.tree_at``,
 then ``jsn.step``), the world's per-step niter/residual/converged and ``failing`` (all
 unconverged world-steps of the scene, (world, step) rows).
+
+A failing step re-run alone often converges (batched float32 programs round differently:
+the failures are chaotic). ``--capture N`` saves instead the solver's own input: the
+``ncp.Problem`` of every solve inside the batched run that did not converge or took at
+least N iterations (``ncp_problems_<scene>_<dtype>.npz`` in ``--save-dir``, the fields
+stacked, plus kappa and tolerance), to re-solve with a modified solver in seconds
+(``ncp._iterate(ncp._mehrotra_step, ncp.initial_point(p), p, kappa, tol, 30, True)``
+under ``vmap``). This is how the predictor's spurious fixed point was found.
 """
 
 from __future__ import annotations
@@ -256,6 +264,31 @@ def world(model: jsn.Model, qpos, qvel, friction, timestep, ctrl):
 _batched = jax.vmap(world, in_axes=(None, 0, 0, 0, 0, 0))
 
 
+def capture_problems(min_iterations: int) -> list:
+    """Wrap ncp.solve (before tracing) to keep every solve's Problem that did not converge or took
+    at least min_iterations; returns the list it fills (dicts of numpy arrays, kappa, tolerance)."""
+    from jaxsim_ncp.solver import ncp
+
+    kept, solve = [], ncp.solve
+
+    def keep(problem, converged, skip, niter, kappa, tolerance):
+        if not bool(skip) and (not bool(converged) or int(niter) >= min_iterations):
+            kept.append(({k: np.asarray(v) for k, v in problem._asdict().items()}, float(kappa), float(tolerance)))
+
+    def solve_and_keep(p, kappa, kappa_grad, tolerance, iterations, early_exit=True, skip=False):
+        sol = solve(p, kappa, kappa_grad, tolerance, iterations, early_exit, skip)
+        jax.debug.callback(keep, p, sol.converged, jnp.asarray(skip), sol.iterations, kappa, tolerance)
+        return sol
+
+    ncp.solve = solve_and_keep
+    return kept
+
+
+def save_problems(kept: list, path: pathlib.Path) -> None:
+    fields = {k: np.stack([p[k] for p, _, _ in kept]) for k in kept[0][0]}
+    np.savez_compressed(path, **fields, kappa=kept[0][1], tolerance=kept[0][2])
+
+
 def run_scene(scene: str, args, rng):
     model, *inputs = build(scene, args, rng)
     start, stop = args.worlds if args.worlds else (0, inputs[0].shape[0])
@@ -429,8 +462,11 @@ def main() -> None:
     parser.add_argument("--x64", action="store_true", help="float64 (default float32)")
     parser.add_argument("--csv", type=pathlib.Path, default=pathlib.Path(__file__).parent / "results" / "ncp_convergence.csv")
     parser.add_argument("--save-dir", type=pathlib.Path, default=pathlib.Path("/tmp"))
+    parser.add_argument("--capture", type=int, default=None, metavar="N",
+                        help="save the NCP Problem of every solve that fails or takes >= N iterations (slower)")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", args.x64)
+    kept = capture_problems(args.capture) if args.capture is not None else None
     rows = []
     for k, scene in enumerate(args.scenes):
         rng = np.random.default_rng([args.seed, SCENES.index(scene)])
@@ -440,6 +476,11 @@ def main() -> None:
         rows.append(row)
         print_failures(scene, r)
         saved = save_failure(scene, r, row, args.save_dir)
+        if kept:
+            path = args.save_dir / f"ncp_problems_{scene}_{row['dtype']}.npz"
+            save_problems(kept, path)
+            print(f"  {scene}: {len(kept)} solves' Problems saved to {path}", flush=True)
+            kept.clear()
         print(f"  {scene}: conv {row['conv_pct']:.3f}% ({row['unconverged']} unconverged), compile {row['compile_s']:.0f} s, "
               f"run {row['run_s']:.0f} s" + (f"; worst failing world saved: {saved}" if saved else ""), flush=True)  # fmt: skip
     print()
