@@ -562,13 +562,9 @@ def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
 
 def _distance_sensor_pairs(m: mujoco.MjModel, i: int) -> list[tuple[int, int]]:
     """The geom pairs distance sensor i compares (a geom, or each geom of a body, on either side)."""
-    def geoms(objtype, objid):
-        if objtype == mujoco.mjtObj.mjOBJ_BODY:
-            return [g for g in range(m.ngeom) if m.geom_bodyid[g] == objid]
-        return [int(objid)]
-
-    return [(g1, g2) for g1 in geoms(int(m.sensor_objtype[i]), int(m.sensor_objid[i]))
-            for g2 in geoms(int(m.sensor_reftype[i]), int(m.sensor_refid[i]))]  # fmt: skip
+    first = sensor.distance_geoms(m.geom_bodyid, int(m.sensor_objtype[i]), int(m.sensor_objid[i]))
+    second = sensor.distance_geoms(m.geom_bodyid, int(m.sensor_reftype[i]), int(m.sensor_refid[i]))
+    return [(g1, g2) for g1 in first for g2 in second]
 
 
 def _distance_sensor_geoms(m: mujoco.MjModel) -> set[int]:

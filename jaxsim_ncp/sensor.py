@@ -324,11 +324,11 @@ def _inside_site(model: Model, data: Data, objtype: int, objid: int, site: int):
     return inside.astype(model.dtype)[None]
 
 
-def _geoms_of(model: Model, objtype: int, objid: int) -> list[int]:
+def distance_geoms(geom_bodyid, objtype: int, objid: int) -> list[int]:
     """The geoms a distance sensor names: one geom, or every geom of a body (in id order)."""
     if objtype == Obj.GEOM:
-        return [objid]
-    return [g for g, b in enumerate(model.topology.geom_bodyid) if b == objid]
+        return [int(objid)]
+    return [g for g, b in enumerate(geom_bodyid) if b == objid]
 
 
 def _geom_distance(model: Model, data: Data, i: int):
@@ -340,8 +340,8 @@ def _geom_distance(model: Model, data: Data, i: int):
     topo = model.topology
     cutoff = model.sensor_cutoff[i]
     best, fromto = cutoff, jnp.zeros(6, model.dtype)
-    for g1 in _geoms_of(model, topo.sensor_objtype[i], topo.sensor_objid[i]):
-        for g2 in _geoms_of(model, topo.sensor_reftype[i], topo.sensor_refid[i]):
+    for g1 in distance_geoms(topo.geom_bodyid, topo.sensor_objtype[i], topo.sensor_objid[i]):
+        for g2 in distance_geoms(topo.geom_bodyid, topo.sensor_reftype[i], topo.sensor_refid[i]):
             flip = topo.geom_type[g1] > topo.geom_type[g2]
             ga, gb = (g2, g1) if flip else (g1, g2)
             fn = collision.distance_function(topo.geom_type[ga], topo.geom_type[gb])
