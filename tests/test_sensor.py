@@ -308,6 +308,7 @@ def test_limit_energy_and_inside_site_sensors_match_mujoco():
         fd = (jacobian_and_readings(state + e, data)[1][:10] - jacobian_and_readings(state - e, data)[1][:10]) / 2e-6
         np.testing.assert_allclose(jac[:, i], fd, rtol=1e-6, atol=1e-6)
 
+
 DISTANCES = """<mujoco><option ccd_tolerance="1e-12" ccd_iterations="1000"/>
 <asset><mesh name="tet" vertex="0 0 0  .2 0 0  0 .2 0  0 0 .2"/></asset>
 <default><geom contype="0" conaffinity="0"/></default>
