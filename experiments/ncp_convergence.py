@@ -38,7 +38,7 @@ float64 is slower. Run the scenes one at a time to keep each call short:
     .venv/bin/python experiments/ncp_convergence.py --scenes stack    # one scene
     .venv/bin/python experiments/ncp_convergence.py --scenes stack --x64 --worlds 0 500   # half of its worlds
     .venv/bin/python experiments/ncp_convergence.py --x64             # float64
-    .venv/bin/python experiments/ncp_convergence.py --scenes humanoid --batch 1000   # the full humanoid study
+    .venv/bin/python experiments/ncp_convergence.py --scenes humanoid --humanoid-batch 1000   # the full humanoid study
     .venv/bin/python experiments/ncp_convergence.py --scenes drops --batch 64 --steps 10   # a quick look
 
 Printed table / CSV columns (one row per scene and dtype; a world-step is one world's

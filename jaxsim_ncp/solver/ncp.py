@@ -379,23 +379,26 @@ def complementarity(u, p: Problem):
     return jnp.sum(p.active * total) / jnp.maximum(degree, 1.0)
 
 
-def _nt_residual(x, p: Problem, nt: NT, target, du_aff=None):
+def _nt_residual(r0, p: Problem, nt: NT, target, du_aff=None):
     """The residual with the cone rows in NT form: lam o lam - target e (+ Mehrotra's corrector
-    (W^-1 dxi) o (W deta) of the affine step), and the orthant's dgamma ds corrector."""
-    r = residual(x, p, target)
-    nvne = x.shape[0] - nt.lam.shape[0] * NU
-    e = jnp.zeros((3,), x.dtype).at[0].set(1.0)
+    (W^-1 dxi) o (W deta) of the affine step), and the orthant's dgamma ds corrector.
+
+    r0 = residual(x, p, 0): target enters only the complementarity rows, so one evaluation
+    serves every target of an iteration."""
+    nvne = r0.shape[0] - nt.lam.shape[0] * NU
+    e = jnp.zeros((3,), r0.dtype).at[0].set(1.0)
+    r_u = r0[nvne:].reshape(-1, NU)
+    r_u = r_u.at[:, 4].set(jnp.where(p.active > 0, r_u[:, 4] - target, r_u[:, 4]))  # gamma s - target
     cone = jax.vmap(_soc_product)(nt.lam, nt.lam) - target * e
     if du_aff is not None:
         dxi = jnp.einsum("cab,cb->ca", nt.W_inv, du_aff[:, 2:5])
         deta = jnp.einsum("cab,cb->ca", nt.W, du_aff[:, 5:8])
         cone = cone + jax.vmap(_soc_product)(dxi, deta)
-    r_u = r[nvne:].reshape(-1, NU)
     use = (p.friction * p.active)[:, None] > 0
     r_u = r_u.at[:, 5:8].set(jnp.where(use, cone, r_u[:, 5:8]))
     if du_aff is not None:
         r_u = r_u.at[:, 4].add(du_aff[:, 0] * du_aff[:, 1] * p.active)
-    return r.at[nvne:].set(r_u.reshape(-1))
+    return r0.at[nvne:].set(r_u.reshape(-1))
 
 
 def _term_magnitudes(x, p: Problem) -> Array:
@@ -453,7 +456,8 @@ def _mehrotra_step(x, p: Problem, kappa):
     # so does Mehrotra's corrector built from it. Aimed at 0 it does not, and the corrector's bias (of
     # order kappa, as large as the tolerance) balanced the residual at a spurious fixed point (humanoid
     # foot, float64: scaled residual stuck at 7e-5 for 30 iterations; now 1e-13 in 12)
-    d_aff = newton_direction(factor, p, _nt_residual(x, p, nt, kappa))
+    r0 = residual(x, p, 0.0)
+    d_aff = newton_direction(factor, p, _nt_residual(r0, p, nt, kappa))
     du_aff = _unpack(d_aff, p)[2]
     a_aff = jnp.minimum(1.0, max_step(u, du_aff, p))
     mu = complementarity(u, p)
@@ -468,7 +472,7 @@ def _mehrotra_step(x, p: Problem, kappa):
     # per step, so once mu is small a turn that is still due jams the iteration (float32 humanoid,
     # 1000 worlds x 50 steps: 169 unconverged, 141 with the re-centring, 127 with both)
     residuals = jnp.stack(
-        [_nt_residual(x, p, nt, target, du_aff), _nt_residual(x, p, nt, target), _nt_residual(x, p, nt, 10.0 * mu)]
+        [_nt_residual(r0, p, nt, target, du_aff), _nt_residual(r0, p, nt, target), _nt_residual(r0, p, nt, 10.0 * mu)]
     )
     directions = jax.vmap(lambda r: newton_direction(factor, p, r))(residuals)
     alphas = jax.vmap(lambda d: max_step(u, _unpack(d, p)[2], p))(directions)
@@ -502,7 +506,7 @@ def _centering_step(x, p: Problem, kappa):
     """A damped Newton step on the kappa-relaxed system (no predictor)."""
     u = _unpack(x, p)[2]
     nt = _nt(u)
-    d = newton_direction(factorize(x, p, nt), p, _nt_residual(x, p, nt, kappa))
+    d = newton_direction(factorize(x, p, nt), p, _nt_residual(residual(x, p, 0.0), p, nt, kappa))
     return x + _step_length(max_step(u, _unpack(d, p)[2], p)) * d
 
 
