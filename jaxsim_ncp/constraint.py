@@ -19,7 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool, Float, Int
 
 from . import math
 from .cfd import CFD
@@ -284,13 +284,16 @@ def _joint_limit_rows(model: Model, data: Data) -> Rows:
     )  # fmt: skip
 
 
-def contact_jacobian(model: Model, data: Data) -> Float[Array, "ncon 6 nv"]:
-    """Relative velocity of each contact (body2 - body1) in its frame: normal, 2 tangents, 3 rotations."""
-    con = data.contact
-    body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]  # (ncon, 2)
-    jp1, jr1 = point_jacobian(model, data, body[:, 0], con.pos)
-    jp2, jr2 = point_jacobian(model, data, body[:, 1], con.pos)
-    return jnp.concatenate([con.frame @ (jp2 - jp1), con.frame @ (jr2 - jr1)], axis=1)
+def contact_jacobian(model: Model, data: Data, body=None, pos=None, frame=None) -> Float[Array, "ncon 6 nv"]:
+    """Relative velocity of each contact (body2 - body1) in its frame: normal, 2 tangents, 3 rotations.
+
+    body (n, 2), pos (n, 3), frame (n, 3, 3): a subset of the contacts (default: every slot of data.contact)."""
+    if body is None:
+        body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]  # (ncon, 2)
+        pos, frame = data.contact.pos, data.contact.frame
+    jp1, jr1 = point_jacobian(model, data, body[:, 0], pos)
+    jp2, jr2 = point_jacobian(model, data, body[:, 1], pos)
+    return jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)
 
 
 def _contact_rows(model: Model, data: Data) -> Rows:
@@ -499,17 +502,41 @@ def _contact_regularizer(model: Model, data: Data, R):
 
 
 class UnitRows(NamedTuple):
-    """Rows of the interior-point NCP (solver/ncp.py): unilateral units (limits, then contacts) and equalities."""
+    """Rows of the interior-point NCP (solver/ncp.py): unilateral units (limits, then contacts) and equalities.
+
+    With a contact capacity (`unit_capacity` below the layout's units) the units are compacted:
+    `index` says which unit of the full layout (limits, then contact slots) each one is."""
 
     J: Float[Array, "nunit 3 nv"]  # normal, tangent 1, tangent 2 (tangents unused where friction is off)
     gap: Float[Array, " nunit"]  # distance minus margin (the unit's surface) at this state
     mu: Float[Array, " nunit"]
     inv_mass: Float[Array, " nunit"]  # invweight0 along the normal (impulse scale)
     active: Bool[Array, " nunit"]
-    friction: np.ndarray  # bool (nunit,): a condim-3 contact
+    friction: Bool[Array, " nunit"]  # a condim-3 contact
     Je: Float[Array, "ne nv"]
     pos_e: Float[Array, " ne"]
     inv_mass_e: Float[Array, " ne"]
+    index: Int[Array, " nunit"]  # position in the full layout
+
+
+def contact_capacity(model: Model) -> int:
+    """The most contact slots that can hold a contact at once: all of them, or with
+    `opt.max_geom_pairs` the slots of at most that many pairs per narrow-phase group (the
+    broad phase collides no more, collision/driver.py; height-field groups are never culled)."""
+    cap = model.opt.max_geom_pairs
+    return sum(
+        (len(g.geom1) if cap is None or g.hfield >= 0 else min(len(g.geom1), cap)) * g.n_slots
+        for g in model.constraints.groups
+    )
+
+
+def expand_units(model: Model, rows: UnitRows, x: Array, fill=0) -> Array:
+    """x (nunit, ...) of the compacted units in the full layout (nl + ncon, ...), `fill` elsewhere."""
+    layout = model.constraints
+    n = layout.nl + layout.ncon
+    if x.shape[0] == n:
+        return x
+    return jnp.full((n,) + x.shape[1:], fill, x.dtype).at[rows.index].set(x)
 
 
 def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) -> UnitRows:
@@ -532,17 +559,27 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
         inv_mass.append(lim.diag_approx)
         active.append(lim.pos < lim.margin + limit_lookahead)
         friction.append(np.zeros(layout.nl, bool))
+    index = [np.arange(layout.nl)]
     if layout.ncon:
         con = data.contact
         body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]
-        J.append(contact_jacobian(model, data)[:, :3])
-        gap.append(con.dist - con.includemargin)
-        mu.append(con.friction[:, 0])
-        inv_mass.append(model.body_invweight0[body[:, 0], 0] + model.body_invweight0[body[:, 1], 0])
-        active.append(con.mask)
-        friction.append(layout.contact_dim == 3)
+        slot = np.arange(layout.ncon)
+        fields = dict(dist=con.dist, includemargin=con.includemargin, mu=con.friction[:, 0], pos=con.pos,
+                      frame=con.frame, mask=con.mask, body=body, dim3=layout.contact_dim == 3, slot=slot)  # fmt: skip
+        if contact_capacity(model) < layout.ncon:
+            # the slots holding contacts first (a stable sort keeps their order), at most the capacity
+            keep = jnp.argsort(jnp.where(con.mask, 0, 1), stable=True)[: contact_capacity(model)]
+            fields = {k: jnp.asarray(v)[keep] for k, v in fields.items()}
+        f = fields
+        J.append(contact_jacobian(model, data, f["body"], f["pos"], f["frame"])[:, :3])
+        gap.append(f["dist"] - f["includemargin"])
+        mu.append(f["mu"])
+        inv_mass.append(model.body_invweight0[f["body"][:, 0], 0] + model.body_invweight0[f["body"][:, 1], 0])
+        active.append(f["mask"])
+        friction.append(f["dim3"])
+        index.append(layout.nl + f["slot"])
     return UnitRows(
         J=jnp.concatenate(J), gap=jnp.concatenate(gap), mu=jnp.concatenate(mu), inv_mass=jnp.concatenate(inv_mass),
-        active=jnp.concatenate(active), friction=np.concatenate(friction),
-        Je=eq.J, pos_e=eq.pos, inv_mass_e=eq.diag_approx,
+        active=jnp.concatenate(active), friction=jnp.concatenate(friction),
+        Je=eq.J, pos_e=eq.pos, inv_mass_e=eq.diag_approx, index=jnp.concatenate(index),
     )  # fmt: skip

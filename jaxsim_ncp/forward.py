@@ -133,6 +133,10 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     between passes). With n > 1 passes a step costs n solves and n + 1 kinematics and
     collisions (the passes are one `lax.scan`, compiled once); the choices are selects,
     so batches stay vmapped.
+
+    With a contact capacity (`max_geom_pairs`) the units are compacted before their Jacobians
+    are built (`constraint.unit_rows`): the solve's size follows the capacity, not the number of
+    pairs, and its results go back to the full layout (efc_*, contact slots).
     """
     layout, opt = model.constraints, model.opt
     h = opt.timestep
@@ -167,7 +171,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
             P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
             active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
         )  # fmt: skip
-        return ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip)
+        sol = ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip)
+        return sol._replace(impulse=constraint.expand_units(model, rows, sol.impulse))  # full unit layout
 
     def penetration(rows, qvel_lin):
         """Depth of the deepest active unit at q (+) h qvel_lin (rows evaluated there; 0: none)."""
@@ -207,7 +212,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         soft = solve(constraint.unit_rows(model, data.replace(contact=wide), limit_reach), kappa=kappa_grad)
         contact = contact.replace(overflow=contact.overflow | wide.overflow)
         sol = sol._replace(**{k: cfd_lib.straight_through(getattr(sol, k), getattr(soft, k)) for k in ("qvel", "impulse", "impulse_e")})
-    impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse)
+    impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse[rows.index])
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(
         contact=contact,
@@ -229,10 +234,11 @@ def _ncp_efc(model: Model, rows: constraint.UnitRows, sol: ncp.Solution):
     nl = layout.nl
     unit = np.concatenate([np.arange(nl), nl + layout.row_contact]).astype(np.int64)
     axis = np.concatenate([np.zeros(nl, np.int64), layout.row_axis]).astype(np.int64)
+    J_units, gap, active = (constraint.expand_units(model, rows, x) for x in (rows.J, rows.gap, rows.active))
     force = jnp.concatenate([sol.impulse_e, sol.impulse[unit, axis]])
-    J = jnp.concatenate([rows.Je, rows.J[unit, axis]])
-    pos = jnp.concatenate([rows.pos_e, rows.gap[unit]])
-    mask = jnp.concatenate([jnp.ones(layout.ne, bool), rows.active[unit]])
+    J = jnp.concatenate([rows.Je, J_units[unit, axis]])
+    pos = jnp.concatenate([rows.pos_e, gap[unit]])
+    mask = jnp.concatenate([jnp.ones(layout.ne, bool), active[unit]])
     return force, J, pos, mask
 
 

@@ -230,11 +230,16 @@ def xfrc_to_qfrc(model: Model, data: Data, xfrc=None):
     return body_forces_to_joints(model, data, wrench)
 
 
-def point_jacobian(model: Model, data: Data, body: np.ndarray, point: Float[Array, "n 3"]):
-    """Translational and rotational Jacobians (n, 3, nv) of points fixed to `body` (mj_jac)."""
+def point_jacobian(model: Model, data: Data, body, point: Float[Array, "n 3"]):
+    """Translational and rotational Jacobians (n, 3, nv) of points fixed to `body` (mj_jac;
+    body: static or traced indices)."""
     topo = model.topology
-    chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)  # (n, nv)
-    root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
+    if isinstance(body, np.ndarray) or np.isscalar(body):
+        chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)  # (n, nv)
+        root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
+    else:
+        chain = jnp.asarray(topo.body_dof_chain, dtype=model.dtype)[body]
+        root = jnp.asarray(topo.body_rootid)[body]
     offset = point - data.subtree_com[root]
     ang, lin = data.cdof[:, :3], data.cdof[:, 3:]
     jacp = lin.T[None] + jnp.cross(ang[None, :, :], offset[:, None, :]).transpose(0, 2, 1)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
-from jaxsim_ncp import math, smooth
+from jaxsim_ncp import constraint, math, smooth
 from jaxsim_ncp.collision import collide, driver
 
 # spheres and capsules crowded over a plane: several pairs per narrow-phase function
@@ -116,3 +116,37 @@ def test_bounding_boxes_hold_the_geom_and_are_tight(kind):
         reach = np.abs(points).max(axis=0)
         assert np.all(reach <= extent * (1 + 1e-12))
         assert np.all(reach >= 0.97 * extent)  # tight: the farthest sampled point nearly reaches it
+
+
+# sphere 0 rests on the plane, sphere 1 on sphere 0 (both sliding and spinning), sphere 2 far above:
+# one candidate pair per group, so max_geom_pairs=1 suffices and compacts the NCP's 6 contact units to 2
+TOWER = """<mujoco><option timestep="0.01"/><worldbody><geom type="plane" size="2 2 0.1" friction="0.6"/>
+  <body pos="0 0 0.1"><freejoint/><geom type="sphere" size="0.1"/></body>
+  <body pos="0.01 0 0.3"><freejoint/><geom type="sphere" size="0.1"/></body>
+  <body pos="1 0 2"><freejoint/><geom type="sphere" size="0.1"/></body></worldbody></mujoco>"""
+
+
+def test_ncp_with_a_capacity_solves_only_the_slots_that_can_hold_contacts():
+    qvel0 = jnp.asarray(np.r_[0.5, 0.2, -0.1, 1.0, -2.0, 0.5, -0.3, 0.1, 0.0, 0.0, 0.0, 3.0, np.zeros(6)])
+
+    def run(model):
+        data = jsn.make_data(model)
+
+        def loss(qvel):
+            final, traj = jsn.rollout(model, data.replace(qvel=qvel), jnp.zeros((4, 0)))
+            return jnp.sum(final.qpos[:14] ** 2) + jnp.sum(final.qvel**2), (final, traj)
+
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))(qvel0)
+
+    full, capped = jsn.load_mjcf(TOWER, solver="ncp"), jsn.load_mjcf(TOWER, solver="ncp", max_geom_pairs=1)
+    assert constraint.contact_capacity(full) == 6 and constraint.contact_capacity(capped) == 2
+    (value, (final, traj)), grad = run(full)
+    (value_c, (final_c, traj_c)), grad_c = run(capped)
+    assert np.all(np.asarray(traj.solver_converged)) and np.all(np.asarray(traj_c.solver_converged))
+    assert not np.any(np.asarray(traj_c.contact.overflow))
+    assert int(np.asarray(traj.efc_mask[-1]).sum()) >= 2  # both contacts active at the end
+    live = np.asarray(traj.efc_mask)[..., None]  # rows without a contact have no Jacobian to compare
+    for a, b in ((final.qpos, final_c.qpos), (final.qvel, final_c.qvel), (traj.efc_force, traj_c.efc_force),
+                 (traj.efc_mask, traj_c.efc_mask), (live * traj.efc_J, live * traj_c.efc_J), (grad, grad_c)):  # fmt: skip
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11)
+    np.testing.assert_allclose(value_c, value, rtol=1e-12)
