@@ -204,15 +204,21 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), flags)
         sol, contact, rows = best
+    def generalized(rows, sol):
+        """J^T impulse of a solve, in generalized coordinates."""
+        return rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse[rows.index])
+
+    impulse = generalized(rows, sol)
     if opt.cfd is not None and layout.ncon:
         # contacts from distance (cfd.py): the gradient comes from one more solve in which every
         # unit within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =
         # kappa_grad: a push that decays with the gap), differentiated exactly (straight-through)
         wide = collide(model, data, geom_reach + 0.5 * opt.cfd.width)
-        soft = solve(constraint.unit_rows(model, data.replace(contact=wide), limit_reach), kappa=kappa_grad)
+        soft_rows = constraint.unit_rows(model, data.replace(contact=wide), limit_reach)
+        soft = solve(soft_rows, kappa=kappa_grad)
         contact = contact.replace(overflow=contact.overflow | wide.overflow)
         sol = sol._replace(**{k: cfd_lib.straight_through(getattr(sol, k), getattr(soft, k)) for k in ("qvel", "impulse", "impulse_e")})
-    impulse = rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse[rows.index])
+        impulse = cfd_lib.straight_through(impulse, generalized(soft_rows, soft))
     efc_force, efc_J, efc_pos, efc_mask = _ncp_efc(model, rows, sol)
     return data.replace(
         contact=contact,
