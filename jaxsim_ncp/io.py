@@ -234,6 +234,9 @@ def from_mujoco(
         actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
+        has_polynomial_springs=bool(np.any(m.jnt_stiffnesspoly != 0) or np.any(m.tendon_stiffnesspoly != 0)),
+        has_polynomial_dampers=bool(np.any(m.dof_dampingpoly != 0) or np.any(m.tendon_dampingpoly != 0)
+                                    or np.any(m.actuator_dampingpoly != 0)),
         jnt_actgravcomp=bools(m.jnt_actgravcomp),
         tendon_adr=ints(m.tendon_adr),
         tendon_num=ints(m.tendon_num),
@@ -295,10 +298,12 @@ def from_mujoco(
         jnt_pos=f(m.jnt_pos),
         jnt_axis=f(m.jnt_axis),
         jnt_stiffness=f(m.jnt_stiffness),
+        jnt_stiffnesspoly=f(np.reshape(m.jnt_stiffnesspoly, (-1, 2))),
         jnt_actfrcrange=f(m.jnt_actfrcrange),
         qpos0=f(m.qpos0),
         qpos_spring=f(m.qpos_spring),
         dof_damping=f(m.dof_damping),
+        dof_dampingpoly=f(np.reshape(m.dof_dampingpoly, (-1, 2))),
         dof_armature=f(m.dof_armature),
         dof_frictionloss=f(m.dof_frictionloss),
         dof_solref=f(m.dof_solref),
@@ -348,8 +353,10 @@ def from_mujoco(
         site_size=f(np.reshape(m.site_size, (-1, 3))),
         wrap_prm=f(m.wrap_prm),
         tendon_stiffness=f(m.tendon_stiffness),
+        tendon_stiffnesspoly=f(np.reshape(m.tendon_stiffnesspoly, (-1, 2))),
         tendon_lengthspring=f(np.reshape(m.tendon_lengthspring, (-1, 2))),
         tendon_damping=f(m.tendon_damping),
+        tendon_dampingpoly=f(np.reshape(m.tendon_dampingpoly, (-1, 2))),
         tendon_armature=f(m.tendon_armature),
         tendon_frictionloss=f(m.tendon_frictionloss),
         tendon_range=f(np.reshape(m.tendon_range, (-1, 2))),
@@ -372,6 +379,7 @@ def from_mujoco(
         actuator_lengthrange=f(m.actuator_lengthrange),
         actuator_acc0=f(m.actuator_acc0),
         actuator_damping=f(m.actuator_damping),
+        actuator_dampingpoly=f(np.reshape(m.actuator_dampingpoly, (-1, 2))),
         actuator_armature=f(m.actuator_armature),
         geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else None,
     )
@@ -493,14 +501,8 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
     for j in range(m.njnt):
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)
-        if np.any(m.jnt_stiffnesspoly[j] != 0):
-            unsupported(f"polynomial joint stiffness (joint {jname!r}/stiffness with polynomial terms)")
         if np.any(m.jnt_springyield[j] != 0):
             unsupported(f"joint spring yield (joint {jname!r}/springyield)")
-    for d in range(m.nv):
-        jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[d]))
-        if np.any(m.dof_dampingpoly[d] != 0):
-            unsupported(f"polynomial joint damping (joint {jname!r}/damping with polynomial terms)")
 
     _check_tendons(m, unsupported)
     _check_sensors(m, unsupported)
@@ -521,7 +523,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"actuator {aname!r} with more than one activation state")
         if int(m.actuator_ctrlnum[a]) != 1:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
-        for attr in ("actuator_dampingpoly", "actuator_delay", "actuator_history"):
+        for attr in ("actuator_delay", "actuator_history"):
             if np.any(np.asarray(getattr(m, attr))[a] != 0):
                 unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
 
@@ -532,10 +534,8 @@ def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
     tendons); MuJoCo 4's other tendon extras are refused, naming the tendon."""
     for t in range(m.ntendon):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
-        for attr, what in (("tendon_stiffnesspoly", "stiffness with polynomial terms"),
-                           ("tendon_dampingpoly", "damping with polynomial terms"), ("tendon_springyield", "springyield")):  # fmt: skip
-            if np.any(np.asarray(getattr(m, attr))[t] != 0):
-                unsupported(f"tendon {tname!r}/{what}")
+        if np.any(np.asarray(m.tendon_springyield)[t] != 0):
+            unsupported(f"tendon {tname!r}/springyield")
 
 
 def _check_sensors(m: mujoco.MjModel, unsupported) -> None:

@@ -4,7 +4,10 @@ qfrc_passive = -stiffness (q - qpos_spring) - damping qvel, with the spring of a
 ball joint (and the rotational part of a free joint) acting on the quaternion
 difference expressed as a rotation vector (mju_subQuat). Tendons add
 J^T (-k x - b ten_velocity), x = how far ten_length lies outside the spring's
-deadband [lengthspring[0], lengthspring[1]] (0 inside it). Gravity compensation adds
+deadband [lengthspring[0], lengthspring[1]] (0 inside it). Polynomial profiles (MuJoCo's
+"Polynomial forces"): a stiffness "k b c" gives -x (k + b x + c x^2), a damping "d b c" gives
+-v (d + b |v| + c v^2); on a ball joint or a free joint's translation or rotation x is the length
+r of the displacement vector and the force -(k + b r + c r^2) times that vector. Gravity compensation adds
 J^T (-m gravcomp g) at each body's centre of mass (mj_gravcomp); at the dofs of joints
 with actuatorgravcomp it is added to qfrc_actuator instead (actuation.py). With a medium
 (option/density, viscosity) the fluid forces of fluid.py are added.
@@ -22,7 +25,56 @@ from .types import Data, JointType, Model
 def spring_force(model: Model, qpos):
     """-k (q - q_spring) per dof; quaternion coordinates use the rotation-vector difference."""
     jnt_of_dof = np.asarray(model.topology.dof_jntid, dtype=np.int64)
-    return -model.jnt_stiffness[jnt_of_dof] * spring_displacement(model, qpos)
+    displacement = spring_displacement(model, qpos)
+    stiffness = model.jnt_stiffness[jnt_of_dof]
+    if model.topology.has_polynomial_springs:
+        stiffness = polynomial(stiffness, model.jnt_stiffnesspoly[jnt_of_dof], spring_extent(model, displacement)[0])
+    return -stiffness * displacement
+
+
+def polynomial(linear, poly, x):
+    """k + b x + c x^2: the coefficient of a polynomial force f(x) = x (k + b x + c x^2)."""
+    return linear + poly[..., 0] * x + poly[..., 1] * x * x
+
+
+def polynomial_potential(linear, poly, x):
+    """The integral of the polynomial force: k x^2 / 2 + b x^3 / 3 + c x^4 / 4."""
+    return x * x * (0.5 * linear + poly[..., 0] * x / 3.0 + 0.25 * poly[..., 1] * x * x)
+
+
+def spring_extent(model: Model, displacement):
+    """(x, head) per dof: the argument of the stiffness polynomial (the signed displacement of hinge
+    and slide dofs, the length of the 3-vector a ball joint's or a free joint's translation or
+    rotation dof belongs to) and a static mask of one dof per such vector (every scalar dof)."""
+    topo = model.topology
+    jnt_type, dofadr = np.asarray(topo.jnt_type), np.asarray(topo.jnt_dofadr, dtype=np.int64)
+    starts = np.concatenate([dofadr[jnt_type == JointType.BALL], dofadr[jnt_type == JointType.FREE],
+                             dofadr[jnt_type == JointType.FREE] + 3]).astype(np.int64)  # fmt: skip
+    head = np.ones(model.nv, bool)
+    if not len(starts):
+        return displacement, head
+    blocks = starts[:, None] + np.arange(3)
+    head[blocks[:, 1:]] = False
+    length = math.safe_norm(displacement[blocks])
+    return displacement.at[blocks].set(jnp.broadcast_to(length[:, None], blocks.shape)), head
+
+
+def damping_coefficient(model: Model, qvel):
+    """Per dof, d + b |v| + c v^2 (joint plus actuator damping)."""
+    if not model.topology.has_polynomial_dampers:
+        return model.dof_damping_total
+    return polynomial(model.dof_damping_total, model.dof_dampingpoly_total, jnp.abs(qvel))
+
+
+def tendon_damping_coefficient(model: Model, ten_velocity):
+    if not model.topology.has_polynomial_dampers:
+        return model.tendon_damping_total
+    return polynomial(model.tendon_damping_total, model.tendon_dampingpoly_total, jnp.abs(ten_velocity))
+
+
+def damping_derivative(linear, poly, v):
+    """d/dv of v (d + b |v| + c v^2) = d + 2 b |v| + 3 c v^2: the damping the implicit integrators use."""
+    return linear + 2.0 * poly[..., 0] * jnp.abs(v) + 3.0 * poly[..., 1] * v * v
 
 
 def spring_displacement(model: Model, qpos):
@@ -49,9 +101,13 @@ def tendon_force(model: Model, data: Data):
     """Scalar spring + damper force along each tendon (mj_springdamper's tendon loop)."""
     force = jnp.zeros(model.ntendon, model.dtype)
     if not model.opt.disabled("spring"):
-        force = force - model.tendon_stiffness * tendon_stretch(model, data)
+        stretch = tendon_stretch(model, data)
+        stiffness = model.tendon_stiffness
+        if model.topology.has_polynomial_springs:
+            stiffness = polynomial(stiffness, model.tendon_stiffnesspoly, stretch)
+        force = force - stiffness * stretch
     if not model.opt.disabled("damper"):
-        force = force - model.tendon_damping_total * data.ten_velocity
+        force = force - tendon_damping_coefficient(model, data.ten_velocity) * data.ten_velocity
     return force
 
 
@@ -62,7 +118,7 @@ def passive(model: Model, data: Data) -> Data:
     if not model.opt.disabled("spring"):
         qfrc = qfrc + spring_force(model, data.qpos)
     if not model.opt.disabled("damper"):
-        qfrc = qfrc - model.dof_damping_total * data.qvel
+        qfrc = qfrc - damping_coefficient(model, data.qvel) * data.qvel
     if model.ntendon:
         qfrc = qfrc + data.ten_J.T @ tendon_force(model, data)
     if model.topology.has_gravcomp:

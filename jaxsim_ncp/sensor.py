@@ -272,10 +272,17 @@ def energy(model: Model, data: Data):
     if not model.opt.disabled("gravity"):
         potential = potential - jnp.sum(model.body_mass[1:] * (data.xipos[1:] @ model.opt.gravity))
     if not model.opt.disabled("spring"):
-        stiffness = model.jnt_stiffness[np.asarray(model.topology.dof_jntid, dtype=np.int64)]
-        potential = potential + 0.5 * jnp.sum(stiffness * passive.spring_displacement(model, data.qpos) ** 2)
+        jnt_of_dof = np.asarray(model.topology.dof_jntid, dtype=np.int64)
+        displacement = passive.spring_displacement(model, data.qpos)
+        potential = potential + 0.5 * jnp.sum(model.jnt_stiffness[jnt_of_dof] * displacement**2)
+        if model.topology.has_polynomial_springs:  # higher-order terms once per scalar dof or 3-vector
+            extent, head = passive.spring_extent(model, displacement)
+            poly = jnp.where(head[:, None], model.jnt_stiffnesspoly[jnt_of_dof], 0.0)
+            potential = potential + jnp.sum(passive.polynomial_potential(0.0, poly, extent))
         if model.ntendon:
-            potential = potential + 0.5 * jnp.sum(model.tendon_stiffness * passive.tendon_stretch(model, data) ** 2)
+            stretch = passive.tendon_stretch(model, data)
+            poly = model.tendon_stiffnesspoly if model.topology.has_polynomial_springs else jnp.zeros((model.ntendon, 2), model.dtype)
+            potential = potential + jnp.sum(passive.polynomial_potential(model.tendon_stiffness, poly, stretch))
     return potential, 0.5 * data.qvel @ (data.qM @ data.qvel)
 
 

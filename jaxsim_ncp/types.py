@@ -145,6 +145,8 @@ class Topology:
     site_bodyid: tuple[int, ...] = ()
     body_mocapid: tuple[int, ...] = ()  # -1, or the body's row in Data.mocap_pos / mocap_quat
     has_gravcomp: bool = False  # some body has gravcomp != 0 (passive.py)
+    has_polynomial_springs: bool = False  # some joint or tendon stiffness has higher-order terms (passive.py)
+    has_polynomial_dampers: bool = False  # some joint, tendon or actuator damping has higher-order terms
     jnt_actgravcomp: tuple[bool, ...] = ()  # the joint's gravity compensation counts as actuation
     tendon_adr: tuple[int, ...] = ()  # first path element of each tendon in wrap_*
     tendon_num: tuple[int, ...] = ()
@@ -456,10 +458,12 @@ class Model(eqx.Module):
     jnt_pos: Float[Array, "njnt 3"]
     jnt_axis: Float[Array, "njnt 3"]
     jnt_stiffness: Float[Array, " njnt"]
+    jnt_stiffnesspoly: Float[Array, "njnt 2"]  # higher-order stiffness: f(x) = k x + b x^2 + c x^3
     jnt_actfrcrange: Float[Array, "njnt 2"]
     qpos0: Float[Array, " nq"]
     qpos_spring: Float[Array, " nq"]
     dof_damping: Float[Array, " nv"]
+    dof_dampingpoly: Float[Array, "nv 2"]  # higher-order damping: f(v) = d v + b v |v| + c v^3
     dof_armature: Float[Array, " nv"]
     dof_frictionloss: Float[Array, " nv"]
     dof_solref: Float[Array, "nv 2"]
@@ -518,8 +522,10 @@ class Model(eqx.Module):
     site_size: Float[Array, "nsite 3"]
     wrap_prm: Float[Array, " nwrap"]
     tendon_stiffness: Float[Array, " ntendon"]
+    tendon_stiffnesspoly: Float[Array, "ntendon 2"]
     tendon_lengthspring: Float[Array, "ntendon 2"]  # spring deadband [lower, upper]
     tendon_damping: Float[Array, " ntendon"]
+    tendon_dampingpoly: Float[Array, "ntendon 2"]
     tendon_armature: Float[Array, " ntendon"]  # inertia along the tendon (used on tendon_with_armature)
     tendon_frictionloss: Float[Array, " ntendon"]
     tendon_range: Float[Array, "ntendon 2"]
@@ -543,6 +549,7 @@ class Model(eqx.Module):
     actuator_lengthrange: Float[Array, "nu 2"]  # muscles: the length range the compiler found
     actuator_acc0: Float[Array, " nu"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
     actuator_damping: Float[Array, " nu"]  # added, times gear^2, to the damping of what it drives
+    actuator_dampingpoly: Float[Array, "nu 2"]  # likewise, to the higher-order damping coefficients
     actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
     geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] | None = None
@@ -575,6 +582,19 @@ class Model(eqx.Module):
     @property
     def tendon_damping_total(self):
         return self.tendon_damping + self._actuator_shares(self.actuator_damping)[1] if self.nu else self.tendon_damping
+
+    @property
+    def dof_dampingpoly_total(self):
+        """Higher-order joint damping plus that of the actuators on the joint (nv, 2)."""
+        if not self.nu:
+            return self.dof_dampingpoly
+        return self.dof_dampingpoly + jnp.stack([self._actuator_shares(c)[0] for c in self.actuator_dampingpoly.T], -1)
+
+    @property
+    def tendon_dampingpoly_total(self):
+        if not self.nu:
+            return self.tendon_dampingpoly
+        return self.tendon_dampingpoly + jnp.stack([self._actuator_shares(c)[1] for c in self.actuator_dampingpoly.T], -1)
 
     @property
     def tendon_armature_total(self):

@@ -39,10 +39,10 @@ def test_malformed_xml_raises():
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"
          "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
          "site semantics"),
-        # tendon features not simulated yet name the tendon
+        # spring plasticity (springyield, on joints or tendons) is not simulated yet
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
-         "<tendon><fixed name='poly' stiffness='1 0.5'><joint joint='j' coef='1'/></fixed></tendon></mujoco>",
-         "tendon 'poly'/stiffness with polynomial terms"),
+         "<tendon><fixed name='yield' stiffness='1' springyield='0.5'><joint joint='j' coef='1'/></fixed></tendon></mujoco>",
+         "springyield"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
         ("<mujoco><option integrator='implicit'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp import sensor
 from models import ALL
 
 INTEGRATORS = {"euler": mujoco.mjtIntegrator.mjINT_EULER,
@@ -152,3 +153,43 @@ def test_model_without_dofs():
     mujoco.mj_forward(m, d)
     np.testing.assert_allclose(traj.xpos[-1], d.xpos, atol=1e-12)
     assert final.qpos.shape == (0,) and float(final.time) == pytest.approx(3 * m.opt.timestep)
+
+
+POLYNOMIAL = """<mujoco><option timestep="0.004"><flag energy="enable"/></option><worldbody>
+  <body pos="0 0 1"><joint name="hinge" axis="0 1 0" stiffness="2 3 4" springref="0.2" damping="0.3 0.5 0.7"/>
+    <geom type="capsule" size="0.05" fromto="0 0 0 0.3 0 0"/>
+    <body pos="0.3 0 0"><joint name="slide" type="slide" axis="1 0 0" stiffness="5 -1 6" damping="0.2 0.1 0.4"/>
+      <geom type="box" size="0.05 0.04 0.03"/></body></body>
+  <body pos="1 0 1"><joint type="ball" stiffness="1 2 3" damping="0.1 0.4 0.2"/>
+    <geom type="ellipsoid" size="0.1 0.07 0.05" pos="0 0 -0.1"/></body>
+  <body pos="2 0 1"><joint type="free" stiffness="4 1 2" damping="0.1 0.2 0.3"/>
+    <geom type="box" size="0.1 0.08 0.05"/></body></worldbody>
+  <tendon><fixed name="t" stiffness="3 1 2" damping="0.2 0.3 0.1" springlength="-0.1 0.1">
+    <joint joint="hinge" coef="1"/><joint joint="slide" coef="-2"/></fixed></tendon>
+  <actuator><general joint="hinge" gear="2" damping="0.1 0.2 0.3"/><motor joint="slide"/>
+    <general tendon="t" damping="0.05 0.1 0.2"/></actuator></mujoco>"""
+
+
+@pytest.mark.parametrize("integrator", ["euler", "implicitfast"])
+def test_polynomial_stiffness_and_damping_match_mujoco(integrator):
+    """MuJoCo's polynomial spring and damper profiles on hinge, slide, ball and free joints, a
+    tendon and actuators: forces, energy and trajectories (the implicit integrators use the
+    damping's derivative d + 2 b |v| + 3 c v^2)."""
+    m = mujoco.MjModel.from_xml_string(POLYNOMIAL)
+    m.opt.integrator = INTEGRATORS[integrator]
+    assert np.any(m.jnt_stiffnesspoly != 0) and np.any(m.dof_dampingpoly != 0) and np.any(m.actuator_dampingpoly != 0)
+    model = jsn.from_mujoco(m)
+    rng = np.random.default_rng(4)
+    d = random_state(m, rng, speed=3.0)
+    ctrl = rng.normal(size=(150, m.nu))
+    d.ctrl[:] = ctrl[0]
+    mujoco.mj_forward(m, d)
+    data = to_data(model, d)
+    out = jsn.forward(model, data)
+    assert rel_err(out.qfrc_passive, d.qfrc_passive) < 1e-10
+    assert rel_err(out.qacc, d.qacc) < 1e-9
+    assert rel_err(jnp.stack(sensor.energy(model, out)), d.energy) < 1e-10
+    final, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
+    ref = mujoco_rollout(m, d, ctrl, lambda d: np.concatenate([d.qpos, d.qvel]))
+    assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - ref)) < 1e-8
+    assert not bool(final.diverged)

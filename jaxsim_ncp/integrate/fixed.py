@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import fluid, linalg, math, smooth
+from .. import fluid, linalg, math, passive, smooth
 from ..actuation import actuator_velocity_derivative, next_activation
 from ..smooth import integrate_pos
 from ..types import Data, JointType, Model
@@ -39,7 +39,10 @@ def euler(model: Model, data: Data) -> Data:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
     qacc = linalg.solve_spd(effective_mass(model, data), force)
-    qacc = jnp.where(jnp.any(model.dof_damping_total > 0), qacc, data.qacc)
+    damped = jnp.any(model.dof_damping_total > 0)
+    if model.topology.has_polynomial_dampers:
+        damped = damped | jnp.any(model.dof_dampingpoly_total != 0)
+    qacc = jnp.where(damped, qacc, data.qacc)
     return advance(model, data, data.act_dot, qacc)
 
 
@@ -120,6 +123,13 @@ def implicitfast(model: Model, data: Data) -> Data:
     return advance(model, data, data.act_dot, qacc)
 
 
+def _dof_damping_derivative(model: Model, data: Data) -> jax.Array:
+    """d(damping force)/d(qvel) per dof: the damping itself, or with polynomial terms d + 2 b |v| + 3 c v^2."""
+    if not model.topology.has_polynomial_dampers:
+        return model.dof_damping_total
+    return passive.damping_derivative(model.dof_damping_total, model.dof_dampingpoly_total, data.qvel)
+
+
 def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.Array:
     """The matrix the integrator solves with: M + h B (euler), M - h D (implicitfast), M otherwise.
 
@@ -133,13 +143,16 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
     if model.opt.integrator == "euler":
         if model.opt.disabled("damper") or (model.opt.disabled("eulerdamp") and not always_damp):
             return data.qM
-        return data.qM + h * jnp.diag(model.dof_damping_total)
+        return data.qM + h * jnp.diag(_dof_damping_derivative(model, data))
     if model.opt.integrator == "implicitfast":
         qderiv = actuator_velocity_derivative(model, data)
         if not model.opt.disabled("damper"):
-            qderiv = qderiv - jnp.diag(model.dof_damping_total)
+            qderiv = qderiv - jnp.diag(_dof_damping_derivative(model, data))
             if model.ntendon:  # tendon dampers: d(J^T (-b J v)) / dv (mjd_passive_vel)
-                qderiv = qderiv - data.ten_J.T @ (model.tendon_damping_total[:, None] * data.ten_J)
+                b = model.tendon_damping_total
+                if model.topology.has_polynomial_dampers:
+                    b = passive.damping_derivative(b, model.tendon_dampingpoly_total, data.ten_velocity)
+                qderiv = qderiv - data.ten_J.T @ (b[:, None] * data.ten_J)
         if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
             anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
             qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
