@@ -504,7 +504,7 @@ def _contact_regularizer(model: Model, data: Data, R):
 class UnitRows(NamedTuple):
     """Rows of the interior-point NCP (solver/ncp.py): unilateral units (limits, then contacts) and equalities.
 
-    With a contact capacity (`unit_capacity` below the layout's units) the units are compacted:
+    With a contact capacity (`contact_capacity` below the layout's slots) the units are compacted:
     `index` says which unit of the full layout (limits, then contact slots) each one is."""
 
     J: Float[Array, "nunit 3 nv"]  # normal, tangent 1, tangent 2 (tangents unused where friction is off)
@@ -563,14 +563,13 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
     if layout.ncon:
         con = data.contact
         body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]
-        slot = np.arange(layout.ncon)
-        fields = dict(dist=con.dist, includemargin=con.includemargin, mu=con.friction[:, 0], pos=con.pos,
-                      frame=con.frame, mask=con.mask, body=body, dim3=layout.contact_dim == 3, slot=slot)  # fmt: skip
-        if contact_capacity(model) < layout.ncon:
+        f = dict(dist=con.dist, includemargin=con.includemargin, mu=con.friction[:, 0], pos=con.pos, frame=con.frame,
+                 mask=con.mask, body=body, dim3=layout.contact_dim == 3, slot=np.arange(layout.ncon))  # fmt: skip
+        capacity = contact_capacity(model)
+        if capacity < layout.ncon:
             # the slots holding contacts first (a stable sort keeps their order), at most the capacity
-            keep = jnp.argsort(jnp.where(con.mask, 0, 1), stable=True)[: contact_capacity(model)]
-            fields = {k: jnp.asarray(v)[keep] for k, v in fields.items()}
-        f = fields
+            keep = jnp.argsort(jnp.where(con.mask, 0, 1), stable=True)[:capacity]
+            f = {k: jnp.asarray(v)[keep] for k, v in f.items()}
         J.append(contact_jacobian(model, data, f["body"], f["pos"], f["frame"])[:, :3])
         gap.append(f["dist"] - f["includemargin"])
         mu.append(f["mu"])

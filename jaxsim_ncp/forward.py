@@ -204,6 +204,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), flags)
         sol, contact, rows = best
+
     def generalized(rows, sol):
         """J^T impulse of a solve, in generalized coordinates."""
         return rows.Je.T @ sol.impulse_e + jnp.einsum("ckn,ck->n", rows.J, sol.impulse[rows.index])

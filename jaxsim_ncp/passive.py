@@ -6,11 +6,12 @@ difference expressed as a rotation vector (mju_subQuat). Tendons add
 J^T (-k x - b ten_velocity), x = how far ten_length lies outside the spring's
 deadband [lengthspring[0], lengthspring[1]] (0 inside it). Polynomial profiles (MuJoCo's
 "Polynomial forces"): a stiffness "k b c" gives -x (k + b x + c x^2), a damping "d b c" gives
--v (d + b |v| + c v^2); on a ball joint or a free joint's translation or rotation x is the length
-r of the displacement vector and the force -(k + b r + c r^2) times that vector. Gravity compensation adds
-J^T (-m gravcomp g) at each body's centre of mass (mj_gravcomp); at the dofs of joints
-with actuatorgravcomp it is added to qfrc_actuator instead (actuation.py). With a medium
-(option/density, viscosity) the fluid forces of fluid.py are added.
+-v (d + b |v| + c v^2); on a ball joint or a free joint's translation or rotation x is the
+length r of the displacement vector and the force -(k + b r + c r^2) times that vector.
+Gravity compensation adds J^T (-m gravcomp g) at each body's centre of mass (mj_gravcomp);
+at the dofs of joints with actuatorgravcomp it is added to qfrc_actuator instead
+(actuation.py). With a medium (option/density, viscosity) the fluid forces of fluid.py are
+added.
 """
 
 from __future__ import annotations
@@ -59,22 +60,16 @@ def spring_extent(model: Model, displacement):
     return displacement.at[blocks].set(jnp.broadcast_to(length[:, None], blocks.shape)), head
 
 
-def damping_coefficient(model: Model, qvel):
-    """Per dof, d + b |v| + c v^2 (joint plus actuator damping)."""
+def damping(model: Model, velocity, tendon: bool = False, derivative: bool = False):
+    """Per dof (or tendon) the damping coefficient d + b |v| + c v^2 (joint or tendon plus actuator
+    damping); derivative: d(v (d + b |v| + c v^2)) / dv = d + 2 b |v| + 3 c v^2, what the implicit
+    integrators use."""
+    linear = model.tendon_damping_total if tendon else model.dof_damping_total
     if not model.topology.has_polynomial_dampers:
-        return model.dof_damping_total
-    return polynomial(model.dof_damping_total, model.dof_dampingpoly_total, jnp.abs(qvel))
-
-
-def tendon_damping_coefficient(model: Model, ten_velocity):
-    if not model.topology.has_polynomial_dampers:
-        return model.tendon_damping_total
-    return polynomial(model.tendon_damping_total, model.tendon_dampingpoly_total, jnp.abs(ten_velocity))
-
-
-def damping_derivative(linear, poly, v):
-    """d/dv of v (d + b |v| + c v^2) = d + 2 b |v| + 3 c v^2: the damping the implicit integrators use."""
-    return linear + 2.0 * poly[..., 0] * jnp.abs(v) + 3.0 * poly[..., 1] * v * v
+        return linear
+    poly = model.tendon_dampingpoly_total if tendon else model.dof_dampingpoly_total
+    b, c = (2.0 * poly[:, 0], 3.0 * poly[:, 1]) if derivative else (poly[:, 0], poly[:, 1])
+    return linear + b * jnp.abs(velocity) + c * velocity * velocity
 
 
 def spring_displacement(model: Model, qpos):
@@ -107,7 +102,7 @@ def tendon_force(model: Model, data: Data):
             stiffness = polynomial(stiffness, model.tendon_stiffnesspoly, stretch)
         force = force - stiffness * stretch
     if not model.opt.disabled("damper"):
-        force = force - tendon_damping_coefficient(model, data.ten_velocity) * data.ten_velocity
+        force = force - damping(model, data.ten_velocity, tendon=True) * data.ten_velocity
     return force
 
 
@@ -118,7 +113,7 @@ def passive(model: Model, data: Data) -> Data:
     if not model.opt.disabled("spring"):
         qfrc = qfrc + spring_force(model, data.qpos)
     if not model.opt.disabled("damper"):
-        qfrc = qfrc - damping_coefficient(model, data.qvel) * data.qvel
+        qfrc = qfrc - damping(model, data.qvel) * data.qvel
     if model.ntendon:
         qfrc = qfrc + data.ten_J.T @ tendon_force(model, data)
     if model.topology.has_gravcomp:

@@ -123,13 +123,6 @@ def implicitfast(model: Model, data: Data) -> Data:
     return advance(model, data, data.act_dot, qacc)
 
 
-def _dof_damping_derivative(model: Model, data: Data) -> jax.Array:
-    """d(damping force)/d(qvel) per dof: the damping itself, or with polynomial terms d + 2 b |v| + 3 c v^2."""
-    if not model.topology.has_polynomial_dampers:
-        return model.dof_damping_total
-    return passive.damping_derivative(model.dof_damping_total, model.dof_dampingpoly_total, data.qvel)
-
-
 def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.Array:
     """The matrix the integrator solves with: M + h B (euler), M - h D (implicitfast), M otherwise.
 
@@ -143,15 +136,13 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
     if model.opt.integrator == "euler":
         if model.opt.disabled("damper") or (model.opt.disabled("eulerdamp") and not always_damp):
             return data.qM
-        return data.qM + h * jnp.diag(_dof_damping_derivative(model, data))
+        return data.qM + h * jnp.diag(passive.damping(model, data.qvel, derivative=True))
     if model.opt.integrator == "implicitfast":
         qderiv = actuator_velocity_derivative(model, data)
         if not model.opt.disabled("damper"):
-            qderiv = qderiv - jnp.diag(_dof_damping_derivative(model, data))
+            qderiv = qderiv - jnp.diag(passive.damping(model, data.qvel, derivative=True))
             if model.ntendon:  # tendon dampers: d(J^T (-b J v)) / dv (mjd_passive_vel)
-                b = model.tendon_damping_total
-                if model.topology.has_polynomial_dampers:
-                    b = passive.damping_derivative(b, model.tendon_dampingpoly_total, data.ten_velocity)
+                b = passive.damping(model, data.ten_velocity, tendon=True, derivative=True)
                 qderiv = qderiv - data.ten_J.T @ (b[:, None] * data.ten_J)
         if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
             anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
