@@ -68,8 +68,7 @@ def damping(model: Model, velocity, tendon: bool = False, derivative: bool = Fal
     if not model.topology.has_polynomial_dampers:
         return linear
     poly = model.tendon_dampingpoly_total if tendon else model.dof_dampingpoly_total
-    b, c = (2.0 * poly[:, 0], 3.0 * poly[:, 1]) if derivative else (poly[:, 0], poly[:, 1])
-    return linear + b * jnp.abs(velocity) + c * velocity * velocity
+    return polynomial(linear, poly * jnp.asarray([2.0, 3.0], poly.dtype) if derivative else poly, jnp.abs(velocity))
 
 
 def spring_displacement(model: Model, qpos):

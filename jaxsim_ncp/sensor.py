@@ -281,8 +281,7 @@ def energy(model: Model, data: Data):
             potential = potential + jnp.sum(passive.polynomial_potential(0.0, poly, extent))
         if model.ntendon:
             stretch = passive.tendon_stretch(model, data)
-            poly = model.tendon_stiffnesspoly if model.topology.has_polynomial_springs else jnp.zeros((model.ntendon, 2), model.dtype)
-            potential = potential + jnp.sum(passive.polynomial_potential(model.tendon_stiffness, poly, stretch))
+            potential = potential + jnp.sum(passive.polynomial_potential(model.tendon_stiffness, model.tendon_stiffnesspoly, stretch))
     return potential, 0.5 * data.qvel @ (data.qM @ data.qvel)
 
 

@@ -559,15 +559,16 @@ class Model(eqx.Module):
         return self.body_mass.dtype
 
     def _actuator_shares(self, per_actuator):
-        """(per dof, per tendon) sums of per_actuator * gear[0]^2 over the actuators on each joint
-        (each of its dofs) or tendon: how MuJoCo 4 adds an actuator's damping and armature to
-        what it drives (mj_actuatorDamping, mj_actuatorArmature)."""
+        """(per dof, per tendon) sums of per_actuator ((nu,) or (nu, k)) * gear[0]^2 over the actuators
+        on each joint (each of its dofs) or tendon: how MuJoCo 4 adds an actuator's damping and
+        armature to what it drives (mj_actuatorDamping, mj_actuatorArmature)."""
         topo = self.topology
         trntype, trnid = np.asarray(topo.actuator_trntype, np.int64), np.asarray(topo.actuator_trnid, np.int64)
         on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
         dof_map = on_joint[None, :] & (trnid[None, :] == np.asarray(topo.dof_jntid, np.int64)[:, None])
         tendon_map = (trntype == TRN_TENDON)[None, :] & (trnid[None, :] == np.arange(self.ntendon)[:, None])
-        weight = per_actuator * self.actuator_gear[:, 0] ** 2
+        gear2 = self.actuator_gear[:, 0] ** 2
+        weight = per_actuator * gear2.reshape(gear2.shape + (1,) * (per_actuator.ndim - 1))  # (nu, ...)
         return jnp.asarray(dof_map, self.dtype) @ weight, jnp.asarray(tendon_map, self.dtype) @ weight
 
     @property
@@ -586,15 +587,11 @@ class Model(eqx.Module):
     @property
     def dof_dampingpoly_total(self):
         """Higher-order joint damping plus that of the actuators on the joint (nv, 2)."""
-        if not self.nu:
-            return self.dof_dampingpoly
-        return self.dof_dampingpoly + jnp.stack([self._actuator_shares(c)[0] for c in self.actuator_dampingpoly.T], -1)
+        return self.dof_dampingpoly + self._actuator_shares(self.actuator_dampingpoly)[0] if self.nu else self.dof_dampingpoly
 
     @property
     def tendon_dampingpoly_total(self):
-        if not self.nu:
-            return self.tendon_dampingpoly
-        return self.tendon_dampingpoly + jnp.stack([self._actuator_shares(c)[1] for c in self.actuator_dampingpoly.T], -1)
+        return self.tendon_dampingpoly + self._actuator_shares(self.actuator_dampingpoly)[1] if self.nu else self.tendon_dampingpoly
 
     @property
     def tendon_armature_total(self):
