@@ -6,8 +6,9 @@ Models (built by ``bench_contact.py``, imported from there):
     Newton, pyramidal, iterations=1, ls_iterations=4, tolerance=1e-8), from the "squat"
     keyframe, T=100 by default;
   * ``pile``: 100 free cubes stacked 5x5x4 (nv=600, nu=0, 40000 candidate contacts;
-    own settings iterations=4, ls_iterations=8), T=1 by default (``--pile-steps``): one
-    of our forward steps at full convergence takes several seconds on a 2-core CPU.
+    own settings iterations=4, ls_iterations=8), T=1 by default (``--pile-steps``);
+  * ``pile_capped``: the same with ``max_geom_pairs=400`` for both simulators (3600 contacts
+    can have rows in ours, 2000 in MJX).
 
 Loss (the same for every configuration), for one world from the model's start state:
 
@@ -100,7 +101,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_contact import package_version, Outcome, _emit, _fmt, _peak_rss_gb, describe, inputs, load_model, run_child_process  # noqa: E402
 
-MODELS = ("humanoid", "pile")
+MODELS = ("humanoid", "pile", "pile_capped")
 # key: (label, simulator, gradient?, grad_mode, full convergence?)
 CONFIGS: dict[str, tuple[str, str, bool, str, bool]] = {
     "fwd": ("(d) ours fwd, full conv.", "ours", False, "implicit", True),
@@ -121,7 +122,7 @@ def solver_settings(args, model_name: str, full: bool) -> dict[str, Any]:
     """iterations, ls_iterations, tolerance of a configuration (full convergence or MJX's iterations=1)."""
     m, *_ = load_model(model_name)
     if full:
-        iterations = args.pile_iterations if model_name == "pile" else args.iterations
+        iterations = args.pile_iterations if model_name.startswith("pile") else args.iterations
         return dict(iterations=iterations, ls_iterations=args.ls_iterations, tolerance=args.tolerance)
     return dict(iterations=1, ls_iterations=int(m.opt.ls_iterations), tolerance=float(m.opt.tolerance))
 
@@ -308,8 +309,8 @@ def grad_comparison(a: Outcome, b: Outcome) -> str:
 
 
 def bench_model(args, name: str, tmp: str) -> None:
-    steps = args.pile_steps if name == "pile" else args.steps
-    budget = args.pile_budget if name == "pile" else args.budget
+    steps = args.pile_steps if name.startswith("pile") else args.steps
+    budget = args.pile_budget if name.startswith("pile") else args.budget
     full = solver_settings(args, name, True)
     low = solver_settings(args, name, False)
     print(f"\n== {name}: T={steps}, batch {args.batch}, {'float64' if args.x64 else 'float32'}, budget {budget:.0f}s"

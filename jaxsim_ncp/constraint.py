@@ -14,6 +14,7 @@ that do not exist at this state.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -24,7 +25,7 @@ from jaxtyping import Array, Bool, Float, Int
 from . import math
 from .cfd import CFD
 from .smooth import point_jacobian
-from .types import Data, JointType, Model
+from .types import Contact, Data, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
 _MINIMP, _MAXIMP = 0.0001, 0.9999  # mjMINIMP, mjMAXIMP
@@ -53,9 +54,13 @@ class Rows(NamedTuple):
 
 
 class Efc(NamedTuple):
-    """All constraint rows, stacked; what the solvers consume."""
+    """All constraint rows, stacked; what the solvers consume.
 
-    J: Float[Array, "nefc nv"]
+    J holds every row densely, or, where contact rows are sparse (`contact_dofs`), only the
+    rows before the contacts; contact row i is then Jc[i] over the dofs dofs[i] (an index nv
+    is padding). `apply`, `apply_transpose` and `dense_jacobian` read either form."""
+
+    J: Float[Array, "nJ nv"]
     pos: Float[Array, " nefc"]
     margin: Float[Array, " nefc"]
     D: Float[Array, " nefc"]
@@ -63,7 +68,34 @@ class Efc(NamedTuple):
     aref: Float[Array, " nefc"]
     frictionloss: Float[Array, " nefc"]
     mask: Bool[Array, " nefc"]
-    mu: Float[Array, " ncon"]  # regularized cone slope friction[0] * sqrt(R1 / R0)
+    mu: Float[Array, " nefc_contact"]  # regularized cone slope friction[0] * sqrt(R1 / R0)
+    Jc: Float[Array, "ncrow w"] | None = None
+    dofs: Int[Array, "ncrow w"] | None = None
+
+
+def apply(efc: Efc, v: Float[Array, " nv"]) -> Float[Array, " nefc"]:
+    """J v."""
+    if efc.Jc is None:
+        return efc.J @ v
+    return jnp.concatenate([efc.J @ v, jnp.sum(efc.Jc * v.at[efc.dofs].get(mode="fill", fill_value=0), axis=-1)])
+
+
+def apply_transpose(efc: Efc, f: Float[Array, " nefc"]) -> Float[Array, " nv"]:
+    """J^T f."""
+    if efc.Jc is None:
+        return efc.J.T @ f
+    n = efc.J.shape[0]
+    return (efc.J.T @ f[:n]).at[efc.dofs].add(efc.Jc * f[n:, None], mode="drop")
+
+
+def dense_jacobian(efc: Efc) -> Float[Array, "nefc nv"]:
+    """J with every row dense (efc_J of Data)."""
+    if efc.Jc is None:
+        return efc.J
+    nv = efc.J.shape[1]
+    rows = jnp.arange(efc.Jc.shape[0])[:, None]
+    contact = jnp.zeros((efc.Jc.shape[0], nv), efc.Jc.dtype).at[rows, efc.dofs].set(efc.Jc, mode="drop")
+    return jnp.concatenate([efc.J, contact])
 
 
 # ---------------------------------------------------------------------- Jacobians
@@ -284,26 +316,83 @@ def _joint_limit_rows(model: Model, data: Data) -> Rows:
     )  # fmt: skip
 
 
-def contact_jacobian(model: Model, data: Data, body=None, pos=None, frame=None) -> Float[Array, "ncon 6 nv"]:
-    """Relative velocity of each contact (body2 - body1) in its frame: normal, 2 tangents, 3 rotations.
+def contact_jacobian(model: Model, data: Data, body, pos: Float[Array, "n 3"], frame: Float[Array, "n 3 3"],
+                     dofs=None) -> Float[Array, "n 6 nv"]:  # fmt: skip
+    """Relative velocity of contacts (body2 - body1) in their frames: normal, 2 tangents, 3 rotations.
 
-    body (n, 2), pos (n, 3), frame (n, 3, 3): a subset of the contacts (default: every slot of data.contact)."""
-    if body is None:
-        body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]  # (ncon, 2)
-        pos, frame = data.contact.pos, data.contact.frame
-    jp1, jr1 = point_jacobian(model, data, body[:, 0], pos)
-    jp2, jr2 = point_jacobian(model, data, body[:, 1], pos)
+    body (n, 2): the two bodies of each contact, pos its point, frame its axes (rows);
+    dofs (n, w): only these columns (`contact_dofs`), (n, 6, w)."""
+    jp1, jr1 = point_jacobian(model, data, body[:, 0], pos, dofs)
+    jp2, jr2 = point_jacobian(model, data, body[:, 1], pos, dofs)
     return jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)
 
 
-def _contact_rows(model: Model, data: Data) -> Rows:
-    """Contact rows (mj_instantiateContact): frame-rotated Jacobian differences, body2 - body1."""
+def _take(table: np.ndarray, index):
+    """table[index], static (numpy) where the index is."""
+    return table[index] if isinstance(index, np.ndarray) else jnp.asarray(table)[index]
+
+
+def geom_body(model: Model, geom):
+    """The bodies of geom ids, static (numpy) where the ids are."""
+    return _take(np.asarray(model.topology.geom_bodyid, dtype=np.int64), geom)
+
+
+def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | np.ndarray:
+    """The contact slot of each efc contact (types.ConstraintLayout): every slot in order, or with a
+    capacity, per condim the occupied slots first (a stable sort keeps their order), as many as fit."""
+    layout = model.constraints
+    if layout.capacity_by_dim is None:
+        return np.arange(layout.ncon)
+    picks = []
+    for dim, capacity in layout.capacity_by_dim.items():
+        slots = np.nonzero(layout.contact_dim == dim)[0]
+        picks.append(jnp.asarray(slots)[jnp.argsort(jnp.where(contact.mask[slots], 0, 1), stable=True)[:capacity]])
+    return jnp.concatenate(picks)
+
+
+class EfcContacts(NamedTuple):
+    """The efc contacts of a step: their slots, geom ids (static where the slots are) and contact data."""
+
+    slots: Int[Array, " nefc_contact"] | np.ndarray
+    geom: Int[Array, "nefc_contact 2"] | np.ndarray
+    contact: Contact
+
+
+def efc_contacts(model: Model, contact: Contact) -> EfcContacts:
+    """The contact array at `efc_slots`: what the contact rows are built from."""
+    slots = efc_slots(model, contact)
+    geom = _take(model.constraints.contact_geom, slots)
+    if isinstance(slots, np.ndarray):  # every slot, in order
+        return EfcContacts(slots, geom, contact)
+    fields = {f.name: getattr(contact, f.name)[slots] for f in dataclasses.fields(contact) if f.name != "overflow"}
+    return EfcContacts(slots, geom, contact.replace(**fields))
+
+
+def contact_dofs(model: Model) -> np.ndarray | None:
+    """(ncon, w): the dofs that move either body of each contact slot, ascending, padded with nv;
+    None where the contact rows are not sparse enough to pay for gathers (w > nv / 4)."""
+    layout, topo = model.constraints, model.topology
+    if layout.ncon == 0:
+        return None
+    pairs, slot_pair = np.unique(np.asarray(topo.geom_bodyid, np.int64)[layout.contact_geom], axis=0, return_inverse=True)
+    chain = topo.body_dof_chain
+    moves = chain[pairs[:, 0]] | chain[pairs[:, 1]]  # (npairs, nv)
+    width = max(1, int(moves.sum(axis=1).max()))
+    if 4 * width > model.nv:
+        return None
+    order = np.argsort(~moves, axis=1, kind="stable")[:, :width]  # the moving dofs first, ascending
+    return np.where(np.take_along_axis(moves, order, axis=1), order, model.nv)[slot_pair.reshape(-1)]
+
+
+def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) -> Rows:
+    """Contact rows (mj_instantiateContact): frame-rotated Jacobian differences, body2 - body1.
+    dofs (nefc_contact, w): J only over those columns (sparse rows, `contact_dofs`)."""
     layout = model.constraints
     if layout.ncon == 0:
         return _empty(model)
-    con = data.contact
-    body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]  # (ncon, 2)
-    J6 = contact_jacobian(model, data)
+    con = contacts.contact
+    body = geom_body(model, contacts.geom)  # (nefc_contact, 2)
+    J6 = contact_jacobian(model, data, body, con.pos, con.frame, dofs)
 
     c, k, sign = layout.row_contact, layout.row_axis, layout.row_sign
     fric = con.friction[c, np.maximum(k - 1, 0)]
@@ -344,7 +433,8 @@ def contact_force(model: Model, data: Data) -> Float[Array, "ncon 6"]:
         return jnp.zeros((0, 6), model.dtype)
     start = layout.ne + layout.nf + layout.nl
     f = jnp.where(data.efc_mask[start:], data.efc_force[start:], 0.0)
-    c, k, sign = layout.row_contact, layout.row_axis, layout.row_sign
+    k, sign = layout.row_axis, layout.row_sign
+    c = efc_slots(model, data.contact)[layout.row_contact]  # each row's contact slot
     out = jnp.zeros((layout.ncon * 6,), model.dtype)
     if layout.cone == "elliptic":
         return out.at[6 * c + k].add(f).reshape(-1, 6)
@@ -428,8 +518,10 @@ def cfd_impedance(cfd: CFD, solimp: Float[Array, "n 5"], r: Float[Array, " n"]) 
     return jnp.where(r > 0, impedance(taper, jnp.maximum(r, 0.0)), impedance(solimp, r))
 
 
-def make_efc(model: Model, data: Data, cfd: CFD | None = None) -> Efc:
+def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcContacts | None = None) -> Efc:
     """Stack all rows and compute R, D and aref (mj_makeConstraint, mj_makeImpedance, mj_referenceConstraint).
+
+    `contacts`: `efc_contacts(model, data.contact)` when the caller has it already.
 
     With `cfd` (the gradient-only model of contacts from distance, cfd.py) contact rows
     exist out to `cfd.width` beyond their margin (`data.contact` must come from a
@@ -437,7 +529,13 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None) -> Efc:
     of aref uses -s softplus(-r / s) in place of r.
     """
     layout = model.constraints
-    rows = _concat([_equality_rows(model, data), _friction_rows(model, data), _limit_rows(model, data), _contact_rows(model, data)])
+    contacts = efc_contacts(model, data.contact) if contacts is None else contacts
+    head = _concat([_equality_rows(model, data), _friction_rows(model, data), _limit_rows(model, data)])
+    dofs = contact_dofs(model)
+    sparse = dofs is not None
+    dofs = _take(dofs, contacts.slots) if sparse else None
+    tail = _contact_rows(model, data, contacts, dofs)
+    rows = _concat([head, tail._replace(J=head.J[:0]) if sparse else tail])  # sparse: J holds the rows before the contacts
     solimp = _clamp_solimp(rows.solimp)
     solref = rows.solref
     standard = solref[:, 0] > 0
@@ -447,7 +545,7 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None) -> Efc:
     r_ref = rows.pos - rows.margin
     if cfd is not None and layout.ncon:
         first = layout.ne + layout.nf + layout.nl  # contact rows follow
-        con, c = data.contact, layout.row_contact
+        con, c = contacts.contact, layout.row_contact
         reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + cfd.width)
         rows = rows._replace(mask=rows.mask.at[first:].set(reach))
         imp = imp.at[first:].set(cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]))
@@ -456,9 +554,9 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None) -> Efc:
     dmax = solimp[:, 1]
     R = jnp.maximum(MINVAL, (1 - imp) * rows.diag_approx / imp)
 
-    mu = jnp.zeros((layout.ncon,), model.dtype)
+    mu = jnp.zeros((layout.nefc_contact,), model.dtype)
     if layout.ncon:
-        R, mu = _contact_regularizer(model, data, R)
+        R, mu = _contact_regularizer(model, contacts.contact.friction, R)
     R = jnp.maximum(R, _PRECISION_FLOOR * jnp.finfo(R.dtype).eps * rows.diag_approx)
     D = 1.0 / R
     tc, dr = solref[:, 0], solref[:, 1]
@@ -466,22 +564,22 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None) -> Efc:
     k_dir = -tc / jnp.maximum(MINVAL, dmax**2)
     k = jnp.where(rows.stiff, jnp.where(standard, k_std, k_dir), 0.0)
     b = jnp.where(dr > 0, 2.0 / jnp.maximum(MINVAL, dmax * tc), -dr / jnp.maximum(MINVAL, dmax))
-    vel = rows.J @ data.qvel
-    aref = -b * vel - k * imp * r_ref - rows.jdot_v
     mask = rows.mask
-    return Efc(
-        J=jnp.where(mask[:, None], rows.J, 0.0), pos=rows.pos, margin=rows.margin,
-        D=jnp.where(mask, D, 0.0), R=R, aref=jnp.where(mask, aref, 0.0),
-        frictionloss=rows.frictionloss, mask=mask, mu=mu,
+    efc = Efc(
+        J=jnp.where(mask[: len(rows.J), None], rows.J, 0.0), pos=rows.pos, margin=rows.margin,
+        D=jnp.where(mask, D, 0.0), R=R, aref=jnp.zeros_like(R), frictionloss=rows.frictionloss, mask=mask, mu=mu,
     )  # fmt: skip
+    if sparse:
+        efc = efc._replace(Jc=jnp.where(mask[len(rows.J) :, None], tail.J, 0.0), dofs=dofs[layout.row_contact])
+    aref = -b * apply(efc, data.qvel) - k * imp * r_ref - rows.jdot_v
+    return efc._replace(aref=jnp.where(mask, aref, 0.0))
 
 
-def _contact_regularizer(model: Model, data: Data, R):
-    """Friction-dimension R of each contact (second loop of mj_makeImpedance) and the cone slope mu."""
+def _contact_regularizer(model: Model, friction: Float[Array, "nefc_contact 5"], R):
+    """Friction-dimension R of each efc contact (second loop of mj_makeImpedance) and the cone slope mu."""
     layout = model.constraints
     start = layout.contact_row_start
-    dim = layout.contact_dim
-    friction = data.contact.friction
+    dim = layout.efc_contact_dim
     R0 = R[start]
     frictional = dim > 1
     R1 = R0 / jnp.maximum(MINVAL, model.opt.impratio)
@@ -504,7 +602,7 @@ def _contact_regularizer(model: Model, data: Data, R):
 class UnitRows(NamedTuple):
     """Rows of the interior-point NCP (solver/ncp.py): unilateral units (limits, then contacts) and equalities.
 
-    With a contact capacity (`contact_capacity` below the layout's slots) the units are compacted:
+    The contact units are the efc contacts (`efc_contacts`: with a capacity, fewer than the slots);
     `index` says which unit of the full layout (limits, then contact slots) each one is."""
 
     J: Float[Array, "nunit 3 nv"]  # normal, tangent 1, tangent 2 (tangents unused where friction is off)
@@ -517,17 +615,6 @@ class UnitRows(NamedTuple):
     pos_e: Float[Array, " ne"]
     inv_mass_e: Float[Array, " ne"]
     index: Int[Array, " nunit"]  # position in the full layout
-
-
-def contact_capacity(model: Model) -> int:
-    """The most contact slots that can hold a contact at once: all of them, or with
-    `opt.max_geom_pairs` the slots of at most that many pairs per narrow-phase group (the
-    broad phase collides no more, collision/driver.py; height-field groups are never culled)."""
-    cap = model.opt.max_geom_pairs
-    return sum(
-        (len(g.geom1) if cap is None or g.hfield >= 0 else min(len(g.geom1), cap)) * g.n_slots
-        for g in model.constraints.groups
-    )
 
 
 def expand_units(model: Model, rows: UnitRows, x: Array, fill=0) -> Array:
@@ -560,23 +647,16 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
         active.append(lim.pos < lim.margin + limit_lookahead)
         friction.append(np.zeros(layout.nl, bool))
     index = [np.arange(layout.nl)]
-    if layout.ncon:
-        con = data.contact
-        body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]
-        f = dict(dist=con.dist, includemargin=con.includemargin, mu=con.friction[:, 0], pos=con.pos, frame=con.frame,
-                 mask=con.mask, body=body, dim3=layout.contact_dim == 3, slot=np.arange(layout.ncon))  # fmt: skip
-        capacity = contact_capacity(model)
-        if capacity < layout.ncon:
-            # the slots holding contacts first (a stable sort keeps their order), at most the capacity
-            keep = jnp.argsort(jnp.where(con.mask, 0, 1), stable=True)[:capacity]
-            f = {k: jnp.asarray(v)[keep] for k, v in f.items()}
-        J.append(contact_jacobian(model, data, f["body"], f["pos"], f["frame"])[:, :3])
-        gap.append(f["dist"] - f["includemargin"])
-        mu.append(f["mu"])
-        inv_mass.append(model.body_invweight0[f["body"][:, 0], 0] + model.body_invweight0[f["body"][:, 1], 0])
-        active.append(f["mask"])
-        friction.append(f["dim3"])
-        index.append(layout.nl + f["slot"])
+    if layout.ncon:  # the efc contacts: with a capacity, the occupied slots first (efc_slots)
+        slots, geom, con = efc_contacts(model, data.contact)
+        body = geom_body(model, geom)
+        J.append(contact_jacobian(model, data, body, con.pos, con.frame)[:, :3])
+        gap.append(con.dist - con.includemargin)
+        mu.append(con.friction[:, 0])
+        inv_mass.append(model.body_invweight0[body[:, 0], 0] + model.body_invweight0[body[:, 1], 0])
+        active.append(con.mask)
+        friction.append(layout.efc_contact_dim == 3)
+        index.append(layout.nl + slots)
     return UnitRows(
         J=jnp.concatenate(J), gap=jnp.concatenate(gap), mu=jnp.concatenate(mu), inv_mass=jnp.concatenate(inv_mass),
         active=jnp.concatenate(active), friction=jnp.concatenate(friction),

@@ -55,8 +55,10 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         return _ncp_solve(model, data)
     if layout.ncon:
         data = data.replace(contact=collide(model, data))
-    efc = constraint.make_efc(model, data)
-    sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc, data.contact.friction)
+    contacts = constraint.efc_contacts(model, data.contact)
+    efc = constraint.make_efc(model, data, contacts=contacts)
+    sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc,
+                       contacts.contact.friction, contacts.geom)  # fmt: skip
     if model.opt.cfd is not None and layout.ncon:
         sol, cfd_contact = _newton_cfd(model, data, sol)
         data = data.replace(contact=data.contact.replace(overflow=data.contact.overflow | cfd_contact.overflow))
@@ -65,7 +67,7 @@ def _constraint_solve(model: Model, data: Data) -> Data:
     return data.replace(
         qacc=sol.qacc,
         qfrc_constraint=sol.qfrc_constraint,
-        efc_J=efc.J,
+        efc_J=constraint.dense_jacobian(efc),
         efc_pos=efc.pos,
         efc_margin=efc.margin,
         efc_D=efc.D,
@@ -87,8 +89,9 @@ def _newton_cfd(model: Model, data: Data, sol: newton.Solution):
     cfd = model.opt.cfd
     reach = jnp.full((model.ngeom,), 0.5 * cfd.width, data.qpos.dtype)  # a pair's reach adds both geoms'
     d = data.replace(contact=collide(model, data, reach))
-    efc = constraint.make_efc(model, d, cfd)
-    soft = newton.solve(model, d.qM, d.qfrc_smooth, d.qacc_smooth, d.qacc_warmstart, efc, d.contact.friction)
+    contacts = constraint.efc_contacts(model, d.contact)
+    efc = constraint.make_efc(model, d, cfd, contacts)
+    soft = newton.solve(model, d.qM, d.qfrc_smooth, d.qacc_smooth, d.qacc_warmstart, efc, contacts.contact.friction, contacts.geom)
     return sol._replace(
         qacc=cfd_lib.straight_through(sol.qacc, soft.qacc),
         qfrc_constraint=cfd_lib.straight_through(sol.qfrc_constraint, soft.qfrc_constraint),
@@ -236,16 +239,16 @@ def _ncp_solve(model: Model, data: Data) -> Data:
 
 
 def _ncp_efc(model: Model, rows: constraint.UnitRows, sol: ncp.Solution):
-    """Impulses, Jacobian rows, distances and masks of the NCP in MuJoCo's elliptic efc layout."""
+    """Impulses, Jacobian rows, distances and masks of the NCP in MuJoCo's elliptic efc layout
+    (the units' contacts are the efc contacts, in order)."""
     layout = model.constraints
     nl = layout.nl
     unit = np.concatenate([np.arange(nl), nl + layout.row_contact]).astype(np.int64)
     axis = np.concatenate([np.zeros(nl, np.int64), layout.row_axis]).astype(np.int64)
-    J_units, gap, active = (constraint.expand_units(model, rows, x) for x in (rows.J, rows.gap, rows.active))
-    force = jnp.concatenate([sol.impulse_e, sol.impulse[unit, axis]])
-    J = jnp.concatenate([rows.Je, J_units[unit, axis]])
-    pos = jnp.concatenate([rows.pos_e, gap[unit]])
-    mask = jnp.concatenate([jnp.ones(layout.ne, bool), active[unit]])
+    force = jnp.concatenate([sol.impulse_e, sol.impulse[rows.index[unit], axis]])  # sol.impulse: full layout
+    J = jnp.concatenate([rows.Je, rows.J[unit, axis]])
+    pos = jnp.concatenate([rows.pos_e, rows.gap[unit]])
+    mask = jnp.concatenate([jnp.ones(layout.ne, bool), rows.active[unit]])
     return force, J, pos, mask
 
 

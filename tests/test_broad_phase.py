@@ -119,14 +119,15 @@ def test_bounding_boxes_hold_the_geom_and_are_tight(kind):
 
 
 # sphere 0 rests on the plane, sphere 1 on sphere 0 (both sliding and spinning), sphere 2 far above:
-# one candidate pair per group, so max_geom_pairs=1 suffices and compacts the NCP's 6 contact units to 2
+# one candidate pair per group, so max_geom_pairs=1 suffices and compacts the 6 contact slots' rows to 2 contacts'
 TOWER = """<mujoco><option timestep="0.01"/><worldbody><geom type="plane" size="2 2 0.1" friction="0.6"/>
   <body pos="0 0 0.1"><freejoint/><geom type="sphere" size="0.1"/></body>
   <body pos="0.01 0 0.3"><freejoint/><geom type="sphere" size="0.1"/></body>
   <body pos="1 0 2"><freejoint/><geom type="sphere" size="0.1"/></body></worldbody></mujoco>"""
 
 
-def test_ncp_with_a_capacity_solves_only_the_slots_that_can_hold_contacts():
+@pytest.mark.parametrize("solver", ["ncp", "newton"])
+def test_a_capacity_solves_only_the_slots_that_can_hold_contacts(solver):
     qvel0 = jnp.asarray(np.r_[0.5, 0.2, -0.1, 1.0, -2.0, 0.5, -0.3, 0.1, 0.0, 0.0, 0.0, 3.0, np.zeros(6)])
 
     def run(model):
@@ -134,20 +135,79 @@ def test_ncp_with_a_capacity_solves_only_the_slots_that_can_hold_contacts():
 
         def loss(qvel):
             final, traj = jsn.rollout(model, data.replace(qvel=qvel), jnp.zeros((4, 0)))
-            return jnp.sum(final.qpos[:14] ** 2) + jnp.sum(final.qvel**2), (final, traj)
+            per_slot = jax.vmap(lambda d: constraint.contact_force(model, d))(traj)  # through the efc contacts' slots
+            generalized = jnp.einsum("tri,tr->ti", traj.efc_J, traj.efc_force)
+            return jnp.sum(final.qpos[:14] ** 2) + jnp.sum(final.qvel**2), (final, traj, per_slot, generalized)
 
         return jax.jit(jax.value_and_grad(loss, has_aux=True))(qvel0)
 
-    full = jsn.load_mjcf(TOWER, solver="ncp", ncp_passes=1)  # one pass: a smaller program, the same rows
-    capped = jsn.load_mjcf(TOWER, solver="ncp", ncp_passes=1, max_geom_pairs=1)
-    assert constraint.contact_capacity(full) == 6 and constraint.contact_capacity(capped) == 2
-    (value, (final, traj)), grad = run(full)
-    (value_c, (final_c, traj_c)), grad_c = run(capped)
+    # the NCP with one pass (a smaller program, the same rows); Newton with elliptic cones (their row blocks move too)
+    scene = TOWER if solver == "ncp" else TOWER.replace('timestep="0.01"', 'timestep="0.01" cone="elliptic"')
+    options = dict(solver="ncp", ncp_passes=1) if solver == "ncp" else {}
+    full = jsn.load_mjcf(scene, **options)
+    capped = jsn.load_mjcf(scene, max_geom_pairs=1, **options)
+    assert full.constraints.nefc_contact == 6 and capped.constraints.nefc_contact == 2
+    assert capped.constraints.nefc < full.constraints.nefc
+    (value, (final, traj, force, generalized)), grad = run(full)
+    (value_c, (final_c, traj_c, force_c, generalized_c)), grad_c = run(capped)
     assert np.all(np.asarray(traj.solver_converged)) and np.all(np.asarray(traj_c.solver_converged))
     assert not np.any(np.asarray(traj_c.contact.overflow))
-    assert int(np.asarray(traj.efc_mask[-1]).sum()) >= 2  # both contacts active at the end
-    live = np.asarray(traj.efc_mask)[..., None]  # rows without a contact have no Jacobian to compare
-    for a, b in ((final.qpos, final_c.qpos), (final.qvel, final_c.qvel), (traj.efc_force, traj_c.efc_force),
-                 (traj.efc_mask, traj_c.efc_mask), (live * traj.efc_J, live * traj_c.efc_J), (grad, grad_c)):  # fmt: skip
+    assert int(np.asarray(traj.contact.mask[-1]).sum()) == 2  # both contacts active at the end
+    assert np.all(np.abs(np.asarray(force[-1, :, 0])[np.asarray(traj.contact.mask[-1])]) > 1.0)
+    for a, b in ((final.qpos, final_c.qpos), (final.qvel, final_c.qvel), (force, force_c), (generalized, generalized_c),
+                 (traj.contact.mask, traj_c.contact.mask), (grad, grad_c)):  # fmt: skip
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-11)
     np.testing.assert_allclose(value_c, value, rtol=1e-12)
+
+
+def _pile(capacity):
+    """Eight cubes stacked 2x2x2 on a plane (layers sunk 0.5 mm into each other, columns 2 mm
+    apart), elliptic cones: 28 box-box pairs, 4 of which touch."""
+    cubes = "".join(
+        f'<body pos="{0.102 * i - 0.051:.3f} {0.102 * j - 0.051:.3f} {0.0495 + 0.0995 * k:.4f}"><freejoint/>'
+        f'<geom type="box" size="0.05 0.05 0.05"/></body>'
+        for i in range(2) for j in range(2) for k in range(2)
+    )  # fmt: skip
+    custom = f'<custom><numeric name="max_geom_pairs" data="{capacity}"/></custom>'
+    return (f'<mujoco>{custom}<option timestep="0.005" cone="elliptic"/><worldbody>'
+            f'<geom type="plane" size="5 5 0.1"/>{cubes}</worldbody></mujoco>')  # fmt: skip
+
+
+def test_capped_pile_with_sparse_rows_follows_mujoco_and_finite_differences():
+    """Both bounds on the Newton solve at once: capacity 8 compacts the rows to the slots of 8
+    box-box and 8 box-plane pairs, and every contact moves at most 12 of the 48 dofs, so contact rows
+    are sparse (`constraint.contact_dofs`). MuJoCo (no capacity, dense rows) is the oracle."""
+    import mujoco
+    from test_gradients import check_directional
+
+    xml = _pile(8)
+    model = jsn.load_mjcf(xml)
+    layout = model.constraints
+    assert layout.nefc_contact < layout.ncon and constraint.contact_dofs(model).shape[1] == 12
+    rng = np.random.default_rng(0)
+    qvel0 = 0.2 * rng.normal(size=model.nv)
+    steps = 30
+
+    def loss(qvel):
+        final, traj = jsn.rollout(model, jsn.make_data(model).replace(qvel=qvel), jnp.zeros((steps, 0)))
+        return jnp.sum(final.qpos**2) + jnp.sum(final.qvel**2), traj
+
+    value_and_grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    _, traj = value_and_grad(jnp.asarray(qvel0))[0]
+    assert not np.any(np.asarray(traj.contact.overflow)) and np.all(np.asarray(traj.solver_converged))
+
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qvel[:] = qvel0
+    expected = []
+    for _ in range(steps):
+        mujoco.mj_step(m, d)
+        expected.append(d.qpos.copy())
+    assert d.ncon >= 16  # every cube touches the plane or the cube below
+    np.testing.assert_allclose(np.asarray(traj.qpos), np.array(expected), atol=1e-9)
+
+    def value_grad(qvel):
+        (value, _), grad = value_and_grad(qvel)
+        return value, grad
+
+    check_directional(None, jnp.asarray(qvel0), rng, value_and_grad=value_grad)

@@ -39,8 +39,10 @@ def monolithic(model: Model) -> bool:
     return model.opt.disabled("island") or model.constraints.nefc == 0
 
 
-def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"]) -> Islands:
-    """Islands of the rows present (mask), or one island of everything (`monolithic`)."""
+def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"], contact_geom=None) -> Islands:
+    """Islands of the rows present (mask), or one island of everything (`monolithic`).
+
+    contact_geom (nefc_contact, 2): the geoms of each efc contact (default: the layout's slots)."""
     layout, topo = model.constraints, model.topology
     nefc = layout.nefc
     if monolithic(model):
@@ -50,10 +52,11 @@ def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"]) -
     body_tree = np.asarray(topo.body_treeid, np.int64)
     big = jnp.int32(ntree)
 
-    # contact rows: the trees of the two geoms' bodies (static); -1 is the static world
+    # contact rows: the trees of the two geoms' bodies; -1 is the static world
     n_other = nefc - len(layout.row_contact)
     geom_tree = body_tree[np.asarray(topo.geom_bodyid, np.int64)]
-    pair_trees = geom_tree[layout.contact_geom[layout.row_contact]]  # (ncontact_rows, 2)
+    contact_geom = layout.contact_geom if contact_geom is None else contact_geom  # with a capacity: traced
+    pair_trees = jnp.asarray(geom_tree)[contact_geom[layout.row_contact]]  # (ncontact_rows, 2)
     t1, t2 = pair_trees[:, 0], pair_trees[:, 1]
     c_mask = mask[n_other:]
     # other rows: every tree their Jacobian touches
@@ -61,14 +64,14 @@ def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"]) -
     touches = ((J[:n_other] != 0).astype(jnp.int32) @ tree_of_dof.astype(jnp.int32) > 0) & mask[:n_other, None]
 
     def label_of(trees, labels):
-        return jnp.where(trees >= 0, labels[np.maximum(trees, 0)], big)
+        return jnp.where(trees >= 0, labels[jnp.maximum(trees, 0)], big)
 
     def propagate(labels):
         contact_label = jnp.where(c_mask, jnp.minimum(label_of(t1, labels), label_of(t2, labels)), big)
         other_label = jnp.min(jnp.where(touches, labels[None, :], big), axis=1, initial=big)
         new = labels
         for trees in (t1, t2):
-            new = new.at[np.where(trees >= 0, trees, ntree)].min(contact_label, mode="drop")
+            new = new.at[jnp.where(trees >= 0, trees, ntree)].min(contact_label, mode="drop")
         return jnp.minimum(new, jnp.min(jnp.where(touches, other_label[:, None], big), axis=0, initial=big)), (
             contact_label,
             other_label,
@@ -85,8 +88,8 @@ def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"]) -
     start = jnp.arange(ntree, dtype=jnp.int32)
     labels, _, _ = jax.lax.while_loop(changed, body, (start, jnp.asarray(True), jnp.int32(0)))
     _, (contact_label, other_label) = propagate(labels)
-    touched = (jnp.zeros(ntree, bool).at[np.where(t1 >= 0, t1, ntree)].max(c_mask, mode="drop")
-               .at[np.where(t2 >= 0, t2, ntree)].max(c_mask, mode="drop") | jnp.any(touches, axis=0))  # fmt: skip
+    touched = (jnp.zeros(ntree, bool).at[jnp.where(t1 >= 0, t1, ntree)].max(c_mask, mode="drop")
+               .at[jnp.where(t2 >= 0, t2, ntree)].max(c_mask, mode="drop") | jnp.any(touches, axis=0))  # fmt: skip
     tree_island = jnp.where(touched, labels, big)
     dof = tree_island[dof_tree]
     row = jnp.concatenate([other_label, contact_label]).astype(jnp.int32)

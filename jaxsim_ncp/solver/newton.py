@@ -11,8 +11,9 @@ quadratic; middle: 1/2 D0/(mu^2 (1 + mu^2)) (N - mu T)^2). Each iteration solves
 (M + J^T H_s J) p = -grad with a Cholesky factorization and searches along p with
 MuJoCo's line search (PrimalSearch), separately in each constraint island
 (`island.py`), so truncated solves (small `iterations`) follow MuJoCo's too.
-Iteration counts are static bounds and converged masks freeze finished islands and
-worlds, so the solver vmaps: with implicit gradients the loops are bounded
+With sparse contact rows (constraint.Efc) the Hessian's contact part is one small block per
+contact over the dofs it moves. Iteration counts are static bounds and converged masks freeze
+finished islands and worlds, so the solver vmaps: with implicit gradients the loops are bounded
 `while_loop`s that stop at convergence (never differentiated); with unrolled
 gradients they are `scan`s of exactly `iterations` steps, each searching with a fixed
 number of evaluations.
@@ -26,10 +27,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 from .. import linalg
-from ..constraint import Efc
+from ..constraint import Efc, apply, apply_transpose
 from ..types import Model
 from . import island
 from .implicit import implicit_solver
@@ -40,7 +41,7 @@ _MINVAL = 1e-15
 class ConeIndex(NamedTuple):
     """Static (ncone, 6) row indices of elliptic contacts (padded with a valid-row mask)."""
 
-    contact: np.ndarray  # (ncone,)
+    contact: np.ndarray  # (ncone,) efc contact
     rows: np.ndarray  # (ncone, 6)
     valid: np.ndarray  # (ncone, 6)
 
@@ -50,6 +51,8 @@ class RowKinds(NamedTuple):
     friction: np.ndarray
     one_sided: np.ndarray
     cone: ConeIndex | None
+    contact_rows: np.ndarray  # (nefc_contact, max rows) each efc contact's rows, counted from the first contact row
+    contact_valid: np.ndarray  # (nefc_contact, max rows) which of those exist
 
 
 def row_kinds(model: Model) -> RowKinds:
@@ -60,7 +63,7 @@ def row_kinds(model: Model) -> RowKinds:
     kind[layout.ne + layout.nf :] = 2
     cone = None
     if layout.cone == "elliptic" and layout.ncon:
-        dims = layout.contact_dim
+        dims = layout.efc_contact_dim
         cons = np.nonzero(dims > 1)[0]
         if len(cons):
             start = layout.contact_row_start[cons]
@@ -69,7 +72,11 @@ def row_kinds(model: Model) -> RowKinds:
             rows = np.where(valid, start[:, None] + offs[None, :], start[:, None])
             kind[rows[valid]] = 3
             cone = ConeIndex(cons, rows, valid)
-    return RowKinds(kind == 0, kind == 1, kind == 2, cone)
+    counts = layout.contact_rows
+    offs = np.arange(max(1, int(counts.max(initial=1))))
+    valid = offs[None, :] < counts[:, None]
+    first = layout.contact_row_start - (layout.ne + layout.nf + layout.nl)
+    return RowKinds(kind == 0, kind == 1, kind == 2, cone, np.where(valid, first[:, None] + offs, 0), valid)
 
 
 class _Cone(NamedTuple):
@@ -143,25 +150,42 @@ def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad, middle):
     return jnp.sum(rows) + (0.0 if cones is None else jnp.sum(cones))
 
 
+def _cone_hessian(middle, cone: _Cone):
+    """Each cone's middle-zone Hessian (ncone, 6, 6) in row space (zero outside the middle zone)."""
+    mid, U, N, T, Dm = middle
+    mu = cone.mu
+    Ut = U[:, 1:]
+    # cone Hessian in U space: [1, -mu/T U_t; ., mu N / T^3 U_t U_t^T + (mu^2 - mu N / T) I]
+    top_row = jnp.concatenate([jnp.ones_like(mu)[:, None], (-mu / T)[:, None] * Ut], axis=1)
+    block = (mu * N / T**3)[:, None, None] * Ut[:, :, None] * Ut[:, None, :]
+    block = block + (mu**2 - mu * N / T)[:, None, None] * jnp.eye(5, dtype=U.dtype)
+    Hc = jnp.zeros((U.shape[0], 6, 6), U.dtype)
+    Hc = Hc.at[:, 0, :].set(top_row).at[:, :, 0].set(top_row).at[:, 1:, 1:].set(block)
+    Hc = Hc * (cone.scale[:, :, None] * cone.scale[:, None, :]) * Dm[:, None, None]
+    return jnp.where(mid[:, None, None], Hc, 0.0)
+
+
 def _hessian(M, efc: Efc, quad, middle, kinds: RowKinds, cone: _Cone | None):
+    """M + J^T H_s J: quadratic rows D, elliptic middle zones their cone Hessian."""
+    weight = jnp.where(quad, efc.D, 0.0)
     J = efc.J
-    H = M + J.T @ (jnp.where(quad, efc.D, 0.0)[:, None] * J)
+    H = M + J.T @ (weight[: len(J), None] * J)
+    if efc.Jc is None:
+        if middle is not None:
+            idx = kinds.cone
+            Jcone = J[idx.rows] * jnp.asarray(idx.valid, J.dtype)[:, :, None]  # (ncone, 6, nv)
+            H = H + jnp.einsum("cin,cij,cjm->nm", Jcone, _cone_hessian(middle, cone), Jcone)
+        return H
+    # sparse contact rows: one (w, w) block per efc contact over its dofs, added into H
+    rows, valid = kinds.contact_rows, jnp.asarray(kinds.contact_valid)
+    Jb = efc.Jc[rows] * valid[..., None]  # (nefc_contact, r, w)
+    W = jnp.where(valid, weight[len(J) :][rows], 0.0)[:, :, None] * jnp.eye(rows.shape[1], dtype=J.dtype)  # (., r, r)
     if middle is not None:
-        mid, U, N, T, Dm = middle
-        idx = kinds.cone
-        mu = cone.mu
-        Ut = U[:, 1:]
-        # cone Hessian in U space: [1, -mu/T U_t; ., mu N / T^3 U_t U_t^T + (mu^2 - mu N / T) I]
-        top_row = jnp.concatenate([jnp.ones_like(mu)[:, None], (-mu / T)[:, None] * Ut], axis=1)
-        block = (mu * N / T**3)[:, None, None] * Ut[:, :, None] * Ut[:, None, :]
-        block = block + (mu**2 - mu * N / T)[:, None, None] * jnp.eye(5, dtype=U.dtype)
-        Hc = jnp.zeros((U.shape[0], 6, 6), U.dtype)
-        Hc = Hc.at[:, 0, :].set(top_row).at[:, :, 0].set(top_row).at[:, 1:, 1:].set(block)
-        Hc = Hc * (cone.scale[:, :, None] * cone.scale[:, None, :]) * Dm[:, None, None]
-        Hc = jnp.where(mid[:, None, None], Hc, 0.0)
-        Jc = J[idx.rows] * jnp.asarray(idx.valid, J.dtype)[:, :, None]  # (ncone, 6, nv)
-        H = H + jnp.einsum("cin,cij,cjm->nm", Jc, Hc, Jc)
-    return H
+        r = min(6, rows.shape[1])
+        W = W.at[kinds.cone.contact, :r, :r].add(_cone_hessian(middle, cone)[:, :r, :r])
+    block = jnp.einsum("eiw,eij,ejv->ewv", Jb, W, Jb)
+    dofs = efc.dofs[rows[:, 0]]  # (nefc_contact, w)
+    return H.at[dofs[:, :, None], dofs[:, None, :]].add(block, mode="drop")
 
 
 class _Eval(NamedTuple):
@@ -200,7 +224,7 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
 
 
 def _total_cost(qacc, M, qfrc_smooth, efc, kinds, cone):
-    jar = efc.J @ qacc - efc.aref
+    jar = apply(efc, qacc) - efc.aref
     _, quad, middle = _zones(jar, efc, kinds, cone)
     return 0.5 * qacc @ M @ qacc - qacc @ qfrc_smooth + _cost(jar, efc, kinds, cone, quad, middle)
 
@@ -231,7 +255,7 @@ class Problem(NamedTuple):
     M: Float[Array, "nv nv"]
     qfrc_smooth: Float[Array, " nv"]
     efc: Efc
-    friction: Float[Array, "ncon 5"]
+    friction: Float[Array, "nefc_contact 5"]
 
 
 @jax.jit
@@ -242,9 +266,12 @@ def solve(
     qacc_smooth: Float[Array, " nv"],
     qacc_warmstart: Float[Array, " nv"],
     efc: Efc,
-    friction: Float[Array, "ncon 5"],
+    friction: Float[Array, "nefc_contact 5"],
+    contact_geom: Int[Array, "nefc_contact 2"] | np.ndarray,
 ) -> Solution:
     """Minimize the reduced primal cost (mj_solNewton) from the better of warm start and a0.
+
+    friction, contact_geom: of the efc contacts (`constraint.efc_contacts`).
 
     With `model.opt.grad_mode == "implicit"` (default) reverse mode differentiates the
     optimality condition grad cost(qacc) = 0 at the solution (`implicit.implicit_solver`:
@@ -260,7 +287,7 @@ def solve(
     cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
     qacc0 = jnp.where(cost_ws > cost_sm, qacc_smooth, qacc_warmstart)
     opt = model.opt
-    isl = island.find(model, efc.J, efc.mask)
+    isl = island.find(model, efc.J, efc.mask, contact_geom)
     scale = island.tolerance_scale(model, M, isl)
     qacc0 = jnp.where(isl.dof == isl.count, qacc_smooth, qacc0)  # unconstrained dofs (islands only)
     minimize = functools.partial(
@@ -274,15 +301,15 @@ def solve(
         qacc0 = jax.lax.stop_gradient(qacc0)
     qacc, (count, converged) = minimize(problem, (qacc0, jax.lax.stop_gradient(scale), isl.dof, isl.row))
     st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
-    return Solution(qacc, st.force, efc.J.T @ st.force, count, converged)
+    return Solution(qacc, st.force, apply_transpose(efc, st.force), count, converged)
 
 
 def _state_at(qacc, problem: Problem, kinds: RowKinds, cone: _Cone | None) -> _State:
     M, qfrc_smooth, efc, _ = problem
-    jar = efc.J @ qacc - efc.aref
+    jar = apply(efc, qacc) - efc.aref
     force, quad, middle = _zones(jar, efc, kinds, cone)
     Ma = M @ qacc
-    return _State(qacc, Ma, jar, force, quad, middle, Ma - qfrc_smooth - efc.J.T @ force)
+    return _State(qacc, Ma, jar, force, quad, middle, Ma - qfrc_smooth - apply_transpose(efc, force))
 
 
 def _residual(qacc, problem: Problem, kinds: RowKinds):
@@ -340,7 +367,7 @@ def _minimize(
 
     def newton_iteration(carry, _):
         st, p, done, count = carry
-        Jp = efc.J @ p
+        Jp = apply(efc, p)
         gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * (M @ p)))
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
         snorm = jax.lax.stop_gradient(jnp.sqrt(per_island(p**2)))
