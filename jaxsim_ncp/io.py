@@ -179,6 +179,7 @@ def from_mujoco(
         disableflags=disableflags,
         grad_mode=grad_mode,
         collision_smoothing=float(collision_smoothing),
+        jacobian=("dense", "sparse", "auto")[int(m.opt.jacobian)],
         maxval=float(maxval),
         auto_reset=bool(auto_reset),
         kappa=float(kappa),

@@ -448,6 +448,7 @@ class Option(eqx.Module):
     ls_tolerance: float = eqx.field(static=True, default=0.01)
     grad_mode: str = eqx.field(static=True, default="implicit")  # solver reverse mode: "implicit" | "unroll"
     collision_smoothing: float = eqx.field(static=True, default=0.0)  # length; 0: off (collision.smoothing)
+    jacobian: str = eqx.field(static=True, default="auto")  # contact rows "dense", "sparse" or "auto" (constraint.contact_dofs)
     maxval: float = eqx.field(static=True, default=1e10)  # |qpos|, |qvel|, |qacc| above this: diverged (mjMAXVAL)
     auto_reset: bool = eqx.field(static=True, default=False)  # a diverged world restarts from qpos0 (mj_resetData)
     kappa: float = eqx.field(static=True, default=1e-8)  # NCP: complementarity the forward solve converges to (scaled)

@@ -169,14 +169,14 @@ def _pile(capacity):
         for i in range(2) for j in range(2) for k in range(2)
     )  # fmt: skip
     custom = f'<custom><numeric name="max_geom_pairs" data="{capacity}"/></custom>'
-    return (f'<mujoco>{custom}<option timestep="0.005" cone="elliptic"/><worldbody>'
+    return (f'<mujoco>{custom}<option timestep="0.005" cone="elliptic" jacobian="sparse"/><worldbody>'
             f'<geom type="plane" size="5 5 0.1"/>{cubes}</worldbody></mujoco>')  # fmt: skip
 
 
 def test_capped_pile_with_sparse_rows_follows_mujoco_and_finite_differences():
     """Both bounds on the Newton solve at once: capacity 8 compacts the rows to the slots of 8
-    box-box and 8 box-plane pairs, and every contact moves at most 12 of the 48 dofs, so contact rows
-    are sparse (`constraint.contact_dofs`). MuJoCo (no capacity, dense rows) is the oracle."""
+    box-box and 8 box-plane pairs, and every contact moves at most 12 of the 48 dofs, which
+    jacobian="sparse" keeps (`constraint.contact_dofs`). MuJoCo (no capacity) is the oracle."""
     import mujoco
     from test_gradients import check_directional
 
