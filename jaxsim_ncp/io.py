@@ -264,6 +264,7 @@ def from_mujoco(
         cam_targetbodyid=ints(m.cam_targetbodyid),
         cam_resolution=tuple((int(w), int(h)) for w, h in np.reshape(m.cam_resolution, (-1, 2))),
         sensor_intprm=ints(np.reshape(m.sensor_intprm, (m.nsensor, -1))[:, 0]) if m.nsensor else (),
+        sensor_reduce=ints(np.reshape(m.sensor_intprm, (m.nsensor, -1))[:, 1]) if m.nsensor else (),
         body_fluid_ellipsoid=tuple(
             bool(np.any(fluid_interaction[m.geom_bodyid == b])) for b in range(m.nbody)
         ),

@@ -9,8 +9,9 @@ flags, potential and kinetic energy, joint and tendon limit distance/velocity/fo
 Newton solver's limit rows), geom distance/normal/from-to, actuator force, actuator force at a joint or tendon, clock;
 and the acceleration-stage sensors that need the constraint forces: accelerometer,
 frame linear/angular acceleration, force and torque (the wrench a body receives from its
-parent, mj_rnePostConstraint) and touch (normal contact forces whose ray from the contact
-point along the normal enters the site's zone). Objects: body (inertial frame), xbody,
+parent, mj_rnePostConstraint), touch (normal contact forces whose ray from the contact
+point along the normal enters the site's zone) and contact (matched contacts reduced to fixed
+slots, `_contact_sensor`). Objects: body (inertial frame), xbody,
 geom, site. A sensor's `cutoff` clips real values to [-cutoff, cutoff] and positive ones
 from above. Noise is not added (MuJoCo leaves it to the user). Other sensors are refused at
 load (io.py), naming the sensor.
@@ -82,6 +83,7 @@ class Sens(IntEnum):
     GEOMDIST = 39
     GEOMNORMAL = 40
     GEOMFROMTO = 41
+    CONTACT = 42
     E_POTENTIAL = 43
     E_KINETIC = 44
     CLOCK = 45
@@ -313,21 +315,131 @@ def _inside_site(model: Model, data: Data, objtype: int, objid: int, site: int):
         subtree_mass = smooth._subtree(model)[objid] @ model.body_mass
         massless = (model.body_mass[objid] < _MINVAL) & (subtree_mass >= _MINVAL)
         point = jnp.where(massless, data.subtree_com[objid], point)
+    return _inside_zone(model, data, site, point[None]).astype(model.dtype)
+
+
+def _inside_zone(model: Model, data: Data, site: int, points):
+    """Whether points (n, 3) are strictly inside the site's zone (mju_insideGeom)."""
     size = model.site_size[site]
-    local = data.site_xmat[site].T @ (point - data.site_xpos[site])
+    local = (points - data.site_xpos[site]) @ data.site_xmat[site]
     kind = model.topology.site_type[site]
     if kind == _SPHERE:
-        inside = local @ local < size[0] ** 2
-    elif kind == _CAPSULE:
-        beyond = local[2] - jnp.clip(local[2], -size[1], size[1])
-        inside = local[0] ** 2 + local[1] ** 2 + beyond**2 < size[0] ** 2
-    elif kind == _ELLIPSOID:
-        inside = jnp.sum(local**2 / size**2) < 1
-    elif kind == _CYLINDER:
-        inside = (jnp.abs(local[2]) < size[1]) & (local[0] ** 2 + local[1] ** 2 < size[0] ** 2)
+        return jnp.sum(local**2, -1) < size[0] ** 2
+    if kind == _CAPSULE:
+        beyond = local[:, 2] - jnp.clip(local[:, 2], -size[1], size[1])
+        return local[:, 0] ** 2 + local[:, 1] ** 2 + beyond**2 < size[0] ** 2
+    if kind == _ELLIPSOID:
+        return jnp.sum(local**2 / size**2, -1) < 1
+    if kind == _CYLINDER:
+        return (jnp.abs(local[:, 2]) < size[1]) & (local[:, 0] ** 2 + local[:, 1] ** 2 < size[0] ** 2)
+    return jnp.all(jnp.abs(local) < size, -1)
+
+
+_CONTACT_FIELDS = (1, 3, 3, 1, 3, 3, 3, 3, 3)  # mjtConDataField sizes: found force torque dist pos normal tangent linvel angvel
+_REDUCE_NONE, _REDUCE_MINDIST, _REDUCE_MAXFORCE, _REDUCE_NETFORCE = range(4)
+_NCP_CLOSED = 1e-5  # NCP: a contact exists for a contact sensor where its gap is below this many meansizes
+
+
+def _contact_matches(model: Model, type1: int, id1: int, type2: int, id2: int):
+    """Per contact slot, static: whether it involves both sensor objects, and whether its normal
+    must be flipped to point from the first to the second (matchContact). A site matches any
+    slot here (its volume is tested on the contact point)."""
+    topo = model.topology
+    geom = model.constraints.contact_geom
+    body = np.asarray(topo.geom_bodyid, dtype=np.int64)[geom]
+
+    def check(side: int, objtype: int, objid: int) -> np.ndarray:
+        if objtype in (0, Obj.SITE):  # none (mjOBJ_UNKNOWN), or a site
+            return np.ones(len(geom), bool)
+        if objtype == Obj.GEOM:
+            return geom[:, side] == objid
+        if objtype == Obj.BODY:
+            return body[:, side] == objid
+        return np.asarray(topo.body_ancestor)[body[:, side], objid]  # XBODY: objid's subtree
+
+    m11, m12, m21, m22 = check(0, type1, id1), check(1, type1, id1), check(0, type2, id2), check(1, type2, id2)
+    match = (m11 | m12) & (m21 | m22)
+    if type1 and type2:
+        flip = m12 & m21 & ~(m11 & m22)  # both given: reversed order only where the regular one fails
+    elif type1:
+        flip = ~m11
+    elif type2:
+        flip = ~m22
     else:
-        inside = jnp.all(jnp.abs(local) < size)
-    return inside.astype(model.dtype)[None]
+        flip = np.zeros(len(geom), bool)
+    return match, flip
+
+
+def _mujoco_contact_rank(model: Model) -> np.ndarray:
+    """Each contact slot's place in MuJoCo's contact order (mj_collision): body pairs by signature
+    (lower body id first), a pair's explicit <pair>s before its geom pairs, geoms by id, then
+    the collision function's own order. (Bodies with several geoms go through MuJoCo's midphase,
+    whose order this approximates by geom id.)"""
+    layout, topo = model.constraints, model.topology
+    geom = layout.contact_geom
+    body = np.sort(np.asarray(topo.geom_bodyid, dtype=np.int64)[geom], axis=1)
+    explicit = np.concatenate([np.zeros(0, bool)] + [np.repeat(np.asarray(g.pair_id) >= 0, g.n_slots) for g in layout.groups])
+    slot = np.arange(len(geom))
+    order = np.lexsort((slot, geom.max(1), geom.min(1), ~explicit, body[:, 1], body[:, 0]))
+    return np.argsort(order)
+
+
+def _contact_sensor(model: Model, data: Data, shared: _Shared, i: int):
+    """A contact sensor (mjSENS_CONTACT): the contacts involving its objects, reduced to `num` slots
+    (none: in MuJoCo's contact order, `_mujoco_contact_rank`; mindist: the deepest first; maxforce:
+    the largest force first; netforce: one synthetic contact at the force-weighted centroid, in the
+    world frame), each reporting the fields of its data bits. A flipped contact (the sensor's first object is the contact's second) reports
+    its normal and tangent negated and the force, torque and velocities with their third component
+    negated (the same vectors in the frame turned 180 degrees about the second tangent)."""
+    topo = model.topology
+    spec, reduce = topo.sensor_intprm[i], topo.sensor_reduce[i]
+    sizes = [n for bit, n in enumerate(_CONTACT_FIELDS) if spec & (1 << bit)]
+    num = topo.sensor_dim[i] // sum(sizes)
+    dtype = model.dtype
+    type1, id1 = topo.sensor_objtype[i], topo.sensor_objid[i]
+    type2, id2 = topo.sensor_reftype[i], topo.sensor_refid[i]
+    match, flip = _contact_matches(model, type1, id1, type2, id2)
+    con = data.contact
+    valid = con.mask & jnp.asarray(match)
+    if model.opt.solver == "ncp":  # its contact array holds every contact within the step's reach: the closed ones
+        valid = valid & (con.dist - con.includemargin <= _NCP_CLOSED * model.opt.meansize)
+    if type1 == Obj.SITE:
+        valid = valid & _inside_zone(model, data, id1, con.pos)
+    found = jnp.sum(valid).astype(dtype)
+    sign = jnp.where(jnp.asarray(flip), -1.0, 1.0).astype(dtype)
+    wrench = shared.contact_force  # (ncon, 6), contact frames
+
+    if reduce == _REDUCE_NETFORCE:
+        w = jnp.where(valid[:, None], wrench * sign[:, None], 0.0)
+        weight = jnp.linalg.norm(w[:, :3], axis=-1)
+        point = jnp.sum(weight[:, None] * con.pos, 0) / jnp.maximum(jnp.sum(weight), _MINVAL)
+        force_j = jnp.einsum("cji,cj->ci", con.frame, w[:, :3])  # frame^T f: world
+        torque = jnp.sum(jnp.einsum("cji,cj->ci", con.frame, w[:, 3:]) + jnp.cross(con.pos - point, force_j), 0)
+        z3 = jnp.zeros(3, dtype)
+        fields = (found[None], jnp.sum(force_j, 0), torque, jnp.zeros(1, dtype), point,
+                  z3.at[0].set(1.0), z3.at[1].set(1.0), z3, z3)  # fmt: skip
+        slot = jnp.concatenate([f for bit, f in enumerate(fields) if spec & (1 << bit)])
+        slot = jnp.where(found > 0, slot, 0.0)  # no match: an empty slot (MuJoCo 4)
+        return jnp.concatenate([slot, jnp.zeros((num - 1) * slot.shape[0], dtype)])
+
+    rank = jnp.asarray(_mujoco_contact_rank(model), dtype)
+    criterion = {_REDUCE_MINDIST: con.dist, _REDUCE_MAXFORCE: -jnp.sum(wrench[:, :3] ** 2, -1)}.get(reduce, rank)
+    order = jnp.lexsort((rank, jnp.where(valid, criterion, jnp.inf)))[:num]  # ties: MuJoCo's contact order
+    filled = (jnp.arange(len(order)) < found)[:, None]
+    c, s = order, sign[order][:, None]
+    flip_z = jnp.concatenate([jnp.ones((len(c), 2), dtype), s], -1)
+    velocity = [None, None]
+    if spec & (3 << 7):  # linvel, angvel: body 2 relative to body 1 at the contact, in the contact frame
+        body = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]
+        axes = con.frame.swapaxes(-1, -2)
+        w1, v1 = smooth.object_velocity(model, data, body[:, 0], con.pos, axes)
+        w2, v2 = smooth.object_velocity(model, data, body[:, 1], con.pos, axes)
+        velocity = [(v2 - v1)[c] * flip_z, (w2 - w1)[c] * flip_z]
+    fields = [jnp.broadcast_to(found, (len(c), 1)), wrench[c, :3] * flip_z, wrench[c, 3:] * flip_z, con.dist[c, None],
+              con.pos[c], con.frame[c, 0] * s, con.frame[c, 1] * s, *velocity]  # fmt: skip
+    slots = jnp.concatenate([f for bit, f in enumerate(fields) if spec & (1 << bit)], axis=-1)
+    slots = jnp.where(filled, slots, 0.0)
+    return jnp.concatenate([slots.reshape(-1), jnp.zeros((num - len(c)) * slots.shape[1], dtype)])
 
 
 def distance_geoms(geom_bodyid, objtype: int, objid: int) -> list[int]:
@@ -427,6 +539,8 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
         return _geom_distance(model, data, i)
     if kind == Sens.INSIDESITE:
         return _inside_site(model, data, objtype, objid, refid)
+    if kind == Sens.CONTACT:
+        return _contact_sensor(model, data, shared, i)
     if Sens.JOINTLIMITPOS <= kind <= Sens.TENDONLIMITFRC:
         on_joint = kind <= Sens.JOINTLIMITFRC
         what = ("pos", "vel", "frc")[(kind - Sens.JOINTLIMITPOS) % 3]
@@ -483,6 +597,7 @@ def sensors(model: Model, data: Data) -> Data:
     dim = np.asarray(topo.sensor_dim, dtype=np.int64)
     datatype = np.repeat(np.asarray(topo.sensor_datatype, dtype=np.int64), dim)
     cutoff = jnp.repeat(model.sensor_cutoff, dim, total_repeat_length=int(dim.sum()))
-    on = (cutoff > 0) & (np.repeat(np.asarray(topo.sensor_type), dim) != Sens.GEOMFROMTO)  # its cutoff is its range
+    # a from-to sensor's cutoff is its range; a contact sensor's is ignored
+    on = (cutoff > 0) & ~np.isin(np.repeat(np.asarray(topo.sensor_type), dim), [Sens.GEOMFROMTO, Sens.CONTACT])
     clipped = jnp.where(datatype == _REAL, jnp.clip(values, -cutoff, cutoff), jnp.where(datatype == _POSITIVE, jnp.minimum(values, cutoff), values))
     return data.replace(sensordata=jnp.where(on, clipped, values))

@@ -171,6 +171,7 @@ class Topology:
     cam_targetbodyid: tuple[int, ...] = ()
     cam_resolution: tuple[tuple[int, int], ...] = ()  # pixels (width, height)
     sensor_intprm: tuple[int, ...] = ()  # first integer parameter (a rangefinder's mjtRayDataField bits)
+    sensor_reduce: tuple[int, ...] = ()  # second integer parameter (a contact sensor's reduction)
     site_type: tuple[int, ...] = ()  # mjtGeom of each site's shape (a touch sensor's zone)
     hfield_nrow: tuple[int, ...] = ()
     hfield_ncol: tuple[int, ...] = ()

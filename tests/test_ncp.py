@@ -27,6 +27,11 @@ DROP = """
     <body pos="0 0 0.2"><freejoint/><geom name="sphere" type="sphere" size="0.1" mass="1"/></body>
     <body pos="1 0 0.3" euler="30 10 0"><freejoint/><geom name="capsule" type="capsule" size="0.05 0.1" mass="1"/></body>
   </worldbody>
+  <sensor>
+    <contact geom2="box" reduce="netforce" data="found force"/>
+    <contact geom2="sphere" reduce="netforce" data="found force"/>
+    <contact geom2="capsule" reduce="netforce" data="found force"/>
+  </sensor>
 </mujoco>
 """
 
@@ -79,6 +84,10 @@ def test_drops_never_penetrate_and_rest_on_the_floor(drop, dt):
     if dt >= 0.01:  # 200 steps: long enough to come to rest
         assert np.all(dist[-1] <= 1e-4), dist[-1]
         assert np.abs(np.asarray(traj.qvel[-1])).max() < 1e-6
+        # contact sensors: the floor carries each body's weight, on 4, 1 and 2 contacts
+        net = np.asarray(traj.sensordata[-1]).reshape(3, 4)  # per body: found, net force (world)
+        np.testing.assert_array_equal(net[:, 0], [4, 1, 2])
+        np.testing.assert_allclose(net[:, 1:], [[0, 0, G]] * 3, atol=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -198,6 +198,11 @@ CONTACT_SCENE = """
     <subtreeangmom body="arm"/>
     <subtreeangmom body="world"/>
     <subtreelinvel body="box"/>
+    <contact name="all" num="8" data="found force torque dist pos normal tangent"/>
+    <contact name="ball_first" body1="ball" num="2" data="found force torque normal tangent linvel angvel" reduce="maxforce"/>
+    <contact name="box_second" subtree2="box" num="3" data="found force dist linvel angvel" reduce="mindist"/>
+    <contact name="corner" site="box_corner" num="2" data="found force pos normal"/>
+    <contact name="rod_net" body1="rod" reduce="netforce" data="found force torque dist pos normal tangent"/>
   </sensor>
 </mujoco>
 """
@@ -205,10 +210,11 @@ CONTACT_SCENE = """
 
 @pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
 def test_acceleration_stage_sensors_match_mujoco(cone):
-    """Touch (zones of every shape), accelerometer, force, torque, frame accelerations and subtree
-    momenta along a contact rollout with connect/weld constraints and applied wrenches: they read
-    the contact and constraint forces, so this checks their decoding (pyramid edges, frames, the
-    weld's torque) against MuJoCo."""
+    """Touch (zones of every shape), accelerometer, force, torque, frame accelerations, subtree
+    momenta and contact sensors (every reduction, flipped directions, site zones, velocities) along
+    a contact rollout with connect/weld constraints and applied wrenches: they read the contact and
+    constraint forces, so this checks their decoding (pyramid edges, frames, the weld's torque)
+    against MuJoCo."""
     m = mujoco.MjModel.from_xml_string(CONTACT_SCENE.format(cone=cone))
     model = jsn.from_mujoco(m)
     d = mujoco.MjData(m)
@@ -224,6 +230,8 @@ def test_acceleration_stage_sensors_match_mujoco(cone):
     np.testing.assert_array_less(np.abs(np.asarray(traj.sensordata) - ref) / scale, 1e-9)
     felt = np.count_nonzero(ref[:, :5], axis=0)  # steps in which each touch zone reads a force
     assert np.all(felt > 10) and np.any(felt < 60)  # every zone is exercised, and some only part of the time
+    found = ref[:, [m.sensor_adr[i] for i in range(m.nsensor) if m.sensor_type[i] == mujoco.mjtSensor.mjSENS_CONTACT]]
+    assert np.all(np.sum(found > 0, axis=0) > 40) and found.max() >= 7  # every contact sensor matches, "all" up to 7
     if cone == "pyramidal":  # gradients through the contact solve: d(readings . w) / d(qvel) against central differences
         state = jax.tree.map(lambda x: x[60], traj)
         weights = jnp.asarray(np.random.default_rng(1).normal(size=m.nsensordata))
@@ -238,7 +246,8 @@ def test_acceleration_stage_sensors_match_mujoco(cone):
 @pytest.mark.parametrize(
     "sensor,match",
     [("<rangefinder name='lidar' camera='c'/>", "sensor 'lidar': a rangefinder on a camera"),
-     ("<contact name='touching' geom1='g'/>", "sensor 'touching' of type contact"),
+     ("<user name='custom' dim='2'/>", "sensor 'custom' of type user"),
+     ("<contact name='touching' geom1='g' nsample='2'/>", "sensor 'touching'/history"),
      ("<framepos name='cam' objtype='camera' objname='c'/>", "sensor 'cam' on a camera")],
 )
 def test_unsupported_sensors_are_refused_by_name(sensor, match):
