@@ -50,6 +50,7 @@ def implicit_solver(
     factorize: Callable[[X, Theta], Any] | None = None,
     solve_transposed: Callable[[Any, X], X] | None = None,
     linearization_point: Callable[[X, Theta, Any], X] | None = None,
+    factor_from_info: Callable[[Any], Any] | None = None,
 ) -> Callable[[Theta, Any], tuple[X, Any]]:
     """Wrap `solver(theta, aux) -> (x, info)` so reverse mode uses the implicit function theorem.
 
@@ -62,6 +63,10 @@ def implicit_solver(
     linearization_point(x, theta, aux) -> x_lin: where to differentiate (default x
     itself). The interior-point solver returns its hard solution but differentiates a
     relaxed (smoother) point; residual and factorization are evaluated there.
+
+    factor_from_info(info) -> factor: the solver already factored dg/dx at its solution (the
+    Newton solver's last direction), so reverse mode reuses that factor instead of calling
+    `factorize` again (only without a linearization point).
 
     Gradients flow to every floating leaf of theta. `aux` (starting point, tolerances
     scale, ...) and `info` (iteration counts, ...) are treated as constants: at a
@@ -76,6 +81,8 @@ def implicit_solver(
 
     def solve_fwd(theta, aux):
         x, info = solver(theta, aux)
+        if factor_from_info is not None and linearization_point is None:
+            return (x, info), (x, theta, aux, factor_from_info(info))
         x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
         return (x, info), (x_lin, theta, aux, factorize(x_lin, theta))
 

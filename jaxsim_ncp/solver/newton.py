@@ -297,9 +297,9 @@ def solve(
     if opt.grad_mode == "implicit":
         residual = functools.partial(_residual, kinds=kinds)
         factorize = functools.partial(_factorize_hessian, kinds=kinds)
-        minimize = implicit_solver(minimize, residual, factorize, linalg.cho_solve)
+        minimize = implicit_solver(minimize, residual, factorize, linalg.cho_solve, factor_from_info=lambda info: info[2])
         qacc0 = jax.lax.stop_gradient(qacc0)
-    qacc, (count, converged) = minimize(problem, (qacc0, jax.lax.stop_gradient(scale), isl.dof, isl.row))
+    qacc, (count, converged, _) = minimize(problem, (qacc0, jax.lax.stop_gradient(scale), isl.dof, isl.row))
     st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
     return Solution(qacc, st.force, apply_transpose(efc, st.force), count, converged)
 
@@ -335,8 +335,9 @@ def _minimize(
     tolerance: float,
     ls_tolerance: float,
     early_exit: bool,
-) -> tuple[Array, tuple[Array, Array]]:
-    """mj_solPrimal's Newton loop, every island at once; returns (qacc, (iterations, converged)).
+) -> tuple[Array, tuple[Array, Array, Array | None]]:
+    """mj_solPrimal's Newton loop, every island at once; returns (qacc, (iterations, converged,
+    the Cholesky factor of the Hessian at qacc (None when unrolled))).
 
     start = (qacc0, per-island tolerance scale, island of each dof, island of each row).
     Search direction p = -H^-1 grad (H is block diagonal over islands, so this is each
@@ -360,13 +361,18 @@ def _minimize(
         return island.segment_sum(v, isl.dof, isl)
 
     def direction(st: _State):
-        """Newton direction at st and each island's scaled decrement 1/2 grad^T H^-1 grad."""
+        """Newton direction at st, each island's scaled decrement 1/2 grad^T H^-1 grad and, when the
+        iterations are not differentiated, the Cholesky factor of H (the implicit gradient's too)."""
         H = _hessian(M, efc, st.quad, st.middle, kinds, cone)
-        p = -linalg.solve_spd(H, st.grad)
-        return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
+        if early_exit:
+            factor = linalg.cho_factor(H)
+            p = -linalg.cho_solve(factor, st.grad)
+        else:
+            factor, p = None, -linalg.solve_spd(H, st.grad)
+        return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p)), factor
 
     def newton_iteration(carry, _):
-        st, p, done, count = carry
+        st, p, _, done, count = carry
         Jp = apply(efc, p)
         gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * (M @ p)))
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
@@ -379,23 +385,23 @@ def _minimize(
         alpha = jax.lax.stop_gradient(alpha)
         moved = ~done & (alpha != 0)  # MuJoCo stops an island without counting when its search finds nothing
         new = _state_at(st.qacc + island.spread(jnp.where(moved, alpha, 0.0), isl.dof) * p, problem, kinds, cone)
-        p, decrement = direction(new)
+        p, decrement, factor = direction(new)
         improvement = scale * ls_improvement
         gradient = scale * jnp.sqrt(per_island(jax.lax.stop_gradient(new.grad) ** 2))
         converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient < tolerance) | (decrement < tolerance)
-        return (new, p, done | converged, count + moved.astype(count.dtype)), None
+        return (new, p, factor, done | converged, count + moved.astype(count.dtype)), None
 
     st0 = _state_at(qacc0, problem, kinds, cone)
-    p0, decrement0 = direction(st0)
+    p0, decrement0, factor0 = direction(st0)
     done0 = (scale * jnp.sqrt(per_island(jax.lax.stop_gradient(st0.grad) ** 2)) < tolerance) & (decrement0 < tolerance)
-    init = (st0, p0, done0, jnp.zeros(n_islands, jnp.int32))
+    init = (st0, p0, factor0, done0, jnp.zeros(n_islands, jnp.int32))
     if early_exit:  # not differentiated (implicit mode): stop once converged, at most `iterations`
-        st, _, done, count = jax.lax.while_loop(
-            lambda c: jnp.any(~c[2]) & (jnp.max(c[3]) < iterations), lambda c: newton_iteration(c, None)[0], init
+        st, _, factor, done, count = jax.lax.while_loop(
+            lambda c: jnp.any(~c[3]) & (jnp.max(c[4]) < iterations), lambda c: newton_iteration(c, None)[0], init
         )
     else:
-        (st, _, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
-    return st.qacc, (jnp.max(count), jnp.all(done))
+        (st, _, factor, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+    return st.qacc, (jnp.max(count), jnp.all(done), factor)
 
 
 class _Point(NamedTuple):
