@@ -55,10 +55,7 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         return _ncp_solve(model, data)
     if layout.ncon:
         data = data.replace(contact=collide(model, data))
-    contacts = constraint.efc_contacts(model, data.contact)
-    efc = constraint.make_efc(model, data, contacts=contacts)
-    sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc,
-                       contacts.contact.friction, contacts.geom)  # fmt: skip
+    efc, sol = _newton(model, data)
     if model.opt.cfd is not None and layout.ncon:
         sol, cfd_contact = _newton_cfd(model, data, sol)
         data = data.replace(contact=data.contact.replace(overflow=data.contact.overflow | cfd_contact.overflow))
@@ -82,6 +79,15 @@ def _constraint_solve(model: Model, data: Data) -> Data:
     )
 
 
+def _newton(model: Model, data: Data, cfd=None) -> tuple[constraint.Efc, newton.Solution]:
+    """The rows of data.contact's efc contacts and their Newton solve."""
+    contacts = constraint.efc_contacts(model, data.contact)
+    efc = constraint.make_efc(model, data, cfd, contacts)
+    sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc,
+                       contacts.contact.friction, contacts.geom)  # fmt: skip
+    return efc, sol
+
+
 def _newton_cfd(model: Model, data: Data, sol: newton.Solution):
     """Contacts from distance (cfd.py): solve again with contacts out to `cfd.width`, and keep
     `sol`'s values with that solve's derivative (straight-through, DiffMJX eq. S8). Returns
@@ -89,9 +95,7 @@ def _newton_cfd(model: Model, data: Data, sol: newton.Solution):
     cfd = model.opt.cfd
     reach = jnp.full((model.ngeom,), 0.5 * cfd.width, data.qpos.dtype)  # a pair's reach adds both geoms'
     d = data.replace(contact=collide(model, data, reach))
-    contacts = constraint.efc_contacts(model, d.contact)
-    efc = constraint.make_efc(model, d, cfd, contacts)
-    soft = newton.solve(model, d.qM, d.qfrc_smooth, d.qacc_smooth, d.qacc_warmstart, efc, contacts.contact.friction, contacts.geom)
+    _, soft = _newton(model, d, cfd)
     return sol._replace(
         qacc=cfd_lib.straight_through(sol.qacc, soft.qacc),
         qfrc_constraint=cfd_lib.straight_through(sol.qfrc_constraint, soft.qfrc_constraint),

@@ -607,31 +607,35 @@ class Model(eqx.Module):
         weight = per_actuator * gear2.reshape(gear2.shape + (1,) * (per_actuator.ndim - 1))  # (nu, ...)
         return jnp.asarray(dof_map, self.dtype) @ weight, jnp.asarray(tendon_map, self.dtype) @ weight
 
+    def _plus_actuators(self, own, per_actuator, on_tendons: bool):
+        """A joint (or tendon) parameter plus the shares of the actuators on it."""
+        return own + self._actuator_shares(per_actuator)[int(on_tendons)] if self.nu else own
+
     @property
     def dof_damping_total(self):
         """Joint damping plus that of the actuators on the joint."""
-        return self.dof_damping + self._actuator_shares(self.actuator_damping)[0] if self.nu else self.dof_damping
+        return self._plus_actuators(self.dof_damping, self.actuator_damping, False)
 
     @property
     def dof_armature_total(self):
-        return self.dof_armature + self._actuator_shares(self.actuator_armature)[0] if self.nu else self.dof_armature
+        return self._plus_actuators(self.dof_armature, self.actuator_armature, False)
 
     @property
     def tendon_damping_total(self):
-        return self.tendon_damping + self._actuator_shares(self.actuator_damping)[1] if self.nu else self.tendon_damping
+        return self._plus_actuators(self.tendon_damping, self.actuator_damping, True)
 
     @property
     def dof_dampingpoly_total(self):
         """Higher-order joint damping plus that of the actuators on the joint (nv, 2)."""
-        return self.dof_dampingpoly + self._actuator_shares(self.actuator_dampingpoly)[0] if self.nu else self.dof_dampingpoly
+        return self._plus_actuators(self.dof_dampingpoly, self.actuator_dampingpoly, False)
 
     @property
     def tendon_dampingpoly_total(self):
-        return self.tendon_dampingpoly + self._actuator_shares(self.actuator_dampingpoly)[1] if self.nu else self.tendon_dampingpoly
+        return self._plus_actuators(self.tendon_dampingpoly, self.actuator_dampingpoly, True)
 
     @property
     def tendon_armature_total(self):
-        return self.tendon_armature + self._actuator_shares(self.actuator_armature)[1] if self.nu else self.tendon_armature
+        return self._plus_actuators(self.tendon_armature, self.actuator_armature, True)
 
 
 class Contact(eqx.Module):
