@@ -26,7 +26,8 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array
+import numpy as np
+from jaxtyping import Array, Bool, Float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +40,9 @@ class CFD:
         mjMINIMP = 1e-4 like every impedance).
     midpoint, power: shape of the taper (MuJoCo's solimp spline; defaults as solimp's).
     softness: length of the softplus on the reference distance; default width / 100.
+    pairs: geom-name pairs (either order) that reach out to `width`, e.g.
+        `(("cue", "object"),)` for the tool and the object only; every other pair keeps
+        MuJoCo's contacts in the gradient model too. None (default): every pair.
     """
 
     width: float
@@ -46,6 +50,7 @@ class CFD:
     midpoint: float = 0.5
     power: float = 2.0
     softness: float | None = None
+    pairs: tuple[tuple[str, str], ...] | None = None
 
     def __post_init__(self):
         checks = (
@@ -58,11 +63,40 @@ class CFD:
         for name, value, ok in checks:
             if not (isinstance(value, (int, float)) and math.isfinite(value) and ok(value)):
                 raise ValueError(f"CFD {name} is invalid: {value!r} (width > 0, 0 <= dmin < 1, 0 < midpoint < 1, power >= 1, softness > 0)")
+        if self.pairs is not None:
+            ok = lambda p: isinstance(p, (tuple, list)) and len(p) == 2 and all(isinstance(n, str) for n in p)  # noqa: E731
+            if isinstance(self.pairs, str) or not self.pairs or not all(ok(p) for p in self.pairs):
+                raise ValueError(f"CFD pairs must be a non-empty sequence of (geom name, geom name) pairs, got {self.pairs!r}")
+            object.__setattr__(self, "pairs", tuple(tuple(p) for p in self.pairs))  # hashable: the option is static
 
     @property
     def softplus_length(self) -> float:
         """The softplus length actually used."""
         return self.width / 100 if self.softness is None else self.softness
+
+
+def pair_mask(cfd: CFD, geom_names: tuple[str, ...]) -> Bool[np.ndarray, "ngeom ngeom"] | None:
+    """Which geom pairs reach out to `cfd.width` (symmetric); None where every pair does.
+
+    Raises ValueError naming a geom of `cfd.pairs` that the model does not have."""
+    if cfd.pairs is None:
+        return None
+    index = {name: i for i, name in enumerate(geom_names) if name}
+    mask = np.zeros((len(geom_names), len(geom_names)), bool)
+    for a, b in cfd.pairs:
+        for name in (a, b):
+            if name not in index:
+                raise ValueError(f"CFD pairs: the model has no geom named {name!r}")
+        mask[index[a], index[b]] = mask[index[b], index[a]] = True
+    return mask
+
+
+def pair_reach(cfd: CFD, geom_names: tuple[str, ...]) -> Float[np.ndarray, "ngeom ngeom"]:
+    """Extra detection distance of each geom pair in the gradient model's collision: `width`
+    for the pairs of `cfd.pairs` (every pair by default), 0 for the rest."""
+    mask = pair_mask(cfd, geom_names)
+    n = len(geom_names)
+    return cfd.width * (np.ones((n, n), bool) if mask is None else mask)
 
 
 def straight_through(value: Array, surrogate: Array) -> Array:

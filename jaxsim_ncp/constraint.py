@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import math
-from .cfd import CFD
+from .cfd import CFD, pair_mask
 from .smooth import point_jacobian
 from .types import Contact, Data, JointType, Model
 
@@ -529,9 +529,9 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
     `contacts`: `efc_contacts(model, data.contact)` when the caller has it already.
 
     With `cfd` (the gradient-only model of contacts from distance, cfd.py) contact rows
-    exist out to `cfd.width` beyond their margin (`data.contact` must come from a
-    collision with that reach), their impedance is `cfd_impedance` and the position term
-    of aref uses -s softplus(-r / s) in place of r.
+    of the pairs it names (all by default) exist out to `cfd.width` beyond their margin
+    (`data.contact` must come from a collision with that reach), their impedance is
+    `cfd_impedance` and the position term of aref uses -s softplus(-r / s) in place of r.
     """
     layout = model.constraints
     contacts = efc_contacts(model, data.contact) if contacts is None else contacts
@@ -551,11 +551,13 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
     if cfd is not None and layout.ncon:
         first = layout.ne + layout.nf + layout.nl  # contact rows follow
         con, c = contacts.contact, layout.row_contact
-        reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + cfd.width)
+        pairs = pair_mask(cfd, model.topology.geom_names)
+        wide = True if pairs is None else jnp.asarray(pairs)[contacts.geom[:, 0], contacts.geom[:, 1]][c]
+        reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + jnp.where(wide, cfd.width, 0.0))
         rows = rows._replace(mask=rows.mask.at[first:].set(reach))
-        imp = imp.at[first:].set(cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]))
+        imp = imp.at[first:].set(jnp.where(wide, cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]), imp[first:]))
         s = cfd.softplus_length
-        r_ref = r_ref.at[first:].set(-s * jax.nn.softplus(-r_ref[first:] / s))
+        r_ref = r_ref.at[first:].set(jnp.where(wide, -s * jax.nn.softplus(-r_ref[first:] / s), r_ref[first:]))
     dmax = solimp[:, 1]
     R = jnp.maximum(MINVAL, (1 - imp) * rows.diag_approx / imp)
 

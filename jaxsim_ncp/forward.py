@@ -93,8 +93,7 @@ def _newton_cfd(model: Model, data: Data, sol: newton.Solution):
     `sol`'s values with that solve's derivative (straight-through, DiffMJX eq. S8). Returns
     the solution and the wider contact set."""
     cfd = model.opt.cfd
-    reach = jnp.full((model.ngeom,), 0.5 * cfd.width, data.qpos.dtype)  # a pair's reach adds both geoms'
-    d = data.replace(contact=collide(model, data, reach))
+    d = data.replace(contact=collide(model, data, pair_reach=cfd_lib.pair_reach(cfd, model.topology.geom_names)))
     _, soft = _newton(model, d, cfd)
     return sol._replace(
         qacc=cfd_lib.straight_through(sol.qacc, soft.qacc),
@@ -219,9 +218,9 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     impulse = generalized(rows, sol)
     if opt.cfd is not None and layout.ncon:
         # contacts from distance (cfd.py): the gradient comes from one more solve in which every
-        # unit within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =
+        # unit of cfd's pairs within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =
         # kappa_grad: a push that decays with the gap), differentiated exactly (straight-through)
-        wide = collide(model, data, geom_reach + 0.5 * opt.cfd.width)
+        wide = collide(model, data, geom_reach, cfd_lib.pair_reach(opt.cfd, model.topology.geom_names))
         soft_rows = constraint.unit_rows(model, data.replace(contact=wide), limit_reach)
         soft = solve(soft_rows, kappa=kappa_grad)
         contact = contact.replace(overflow=contact.overflow | wide.overflow)

@@ -11,7 +11,7 @@ import mujoco
 import numpy as np
 
 from . import collision, ray, sensor
-from .cfd import CFD
+from .cfd import CFD, pair_mask
 from .collision import FUNCTIONS
 from .collision.hfield import HFIELD, PARTNERS as HFIELD_PARTNERS, window as hfield_window
 from .collision.mesh import MESH, MULTICCD_PAIRS as MESH_MULTICCD_PAIRS
@@ -196,6 +196,8 @@ def from_mujoco(
     rangefinders = bool(np.any(np.asarray(m.sensor_type) == int(sensor.Sens.RANGEFINDER)))
     geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, -1))
     fluid_interaction = geom_fluid[:, 0] > 0
+    if cfd is not None:
+        pair_mask(cfd, names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom))  # raises on a geom the model lacks
     topology = Topology(
         body_parentid=ints(m.body_parentid),
         body_rootid=ints(m.body_rootid),

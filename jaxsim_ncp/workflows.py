@@ -319,7 +319,7 @@ MPC_SECTIONS = ("task", "episodes", "gradient", "sampling")
 TASK_DEFAULTS = {"name": "pusher", "reach_weight": 0.1, "ctrl_weight": 1e-3, "overrides": {}}
 EPISODE_DEFAULTS = {"count": 20, "steps": 100, "replan_every": 2, "seed": 0, "video": True}
 GRADIENT_DEFAULTS = {"horizon": 20, "iterations": 8, "learning_rate": 0.2, "clip_norm": 1.0, "cfd_width": [0.0],
-                     "optimizer": "adam"}  # fmt: skip
+                     "cfd_pairs": [], "optimizer": "adam"}  # fmt: skip
 SAMPLING_DEFAULTS = {"horizon": 20, "num_samples": "equal_time", "noise_scale": 0.3, "noise": "smooth"}
 
 
@@ -330,7 +330,7 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
     contact, it takes full steps along directions that are only round-off)."""
     import optax
 
-    from .cfd import CFD
+    from .cfd import CFD, pair_mask
     from .control import GradientMPC
 
     lr, size = grad_cfg["learning_rate"], grad_cfg["horizon"] * task.model.nu
@@ -339,9 +339,16 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
         raise ConfigError(f"[gradient] optimizer must be one of {', '.join(optimizers)}, got {grad_cfg['optimizer']!r}")
 
     widths = grad_cfg["cfd_width"] if isinstance(grad_cfg["cfd_width"], list) else [grad_cfg["cfd_width"]]
+    pairs = tuple(tuple(p) for p in grad_cfg["cfd_pairs"]) or None  # [] (default): every geom pair
+    try:
+        cfds = {w: CFD(width=w, pairs=pairs) if w else None for w in widths}
+        if pairs:
+            pair_mask(cfds[max(widths)], task.model.topology.geom_names)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"[gradient] cfd_width / cfd_pairs: {err}") from err
     return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
         task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], optimizer=optimizers[grad_cfg["optimizer"]],
-        clip_norm=grad_cfg["clip_norm"] or None, cfd=CFD(width=w) if w else None) for w in widths}  # fmt: skip
+        clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w]) for w in widths}  # fmt: skip
 
 
 def _sampling_planner(task, samp_cfg: dict, reference, states, keys):
@@ -375,7 +382,7 @@ def _sampling_planner(task, samp_cfg: dict, reference, states, keys):
 def mpc(config: dict, out: pathlib.Path) -> dict:
     """Closed-loop comparison on a task over randomized episodes (same starts for every
     planner): the gradient planners, then predictive sampling (sample count matched to the
-    first gradient planner's time); success rates, cost curves (mpc.png), results.csv and a
+    slowest gradient planner's time); success rates, cost curves (mpc.png), results.csv and a
     GIF per planner."""
     from . import render
     from .control import make_task, model_path, run_episode
@@ -393,7 +400,7 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
     keys = jax.random.split(jax.random.PRNGKey(ep["seed"]), ep["count"])
     starts = jax.vmap(task.sample_start)(keys)
     planners = _gradient_planners(task, grad_cfg)
-    results, rows = {}, []
+    results, rows, seconds_of = {}, [], {}
 
     def run(name, planner):
         episodes = jax.jit(jax.vmap(lambda d, k: run_episode(planner, task, d, ep["steps"], k, ep["replan_every"])))
@@ -401,7 +408,7 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
         begin = time.perf_counter()
         result = jax.block_until_ready(episodes(starts, keys))
         seconds = time.perf_counter() - begin
-        results[name] = result
+        results[name], seconds_of[name] = result, seconds
         success = np.asarray(result.success)
         print(f"{name}: {int(success.sum())}/{ep['count']} episodes reach the goal; "
               f"mean final distance {float(np.mean(result.final_distance)):.3f} m; {seconds:.1f} s")  # fmt: skip
@@ -414,10 +421,10 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
 
     for name, planner in tqdm(planners.items(), desc="gradient planners"):
         run(name, planner)
-    first = results[next(iter(planners))]
+    slowest = max(planners, key=seconds_of.get)  # sampling gets the most time any gradient planner took
     middle = ep["steps"] // 2
-    states = starts.replace(qpos=first.qpos[:, middle], qvel=first.qvel[:, middle])
-    run("sampling", _sampling_planner(task, samp_cfg, planners[next(iter(planners))], states, keys))
+    states = starts.replace(qpos=results[slowest].qpos[:, middle], qvel=results[slowest].qvel[:, middle])
+    run("sampling", _sampling_planner(task, samp_cfg, planners[slowest], states, keys))
     _write_csv(out / "results.csv", ["planner", "episode", "success", "final_distance", "total_cost", "seconds"], rows)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))

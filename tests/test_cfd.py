@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
-from jaxsim_ncp import constraint
+from jaxsim_ncp import cfd, constraint, smooth
+from jaxsim_ncp.collision.driver import collide
 
 BILLIARDS = """
 <mujoco>
@@ -69,6 +70,35 @@ def test_cfd_impedance_continues_mujoco_and_tapers_to_dmin():
     assert abs(slope(1e-9)) < 1e-6 and slope(0.03) < 0  # flat at the surface, then decreasing
 
 
+WALLED = """
+<mujoco>
+  <worldbody>
+    <geom name="wall" type="box" pos="0 0.16 0" size="1 0.01 0.1"/>
+    <body name="a"><freejoint/><geom name="a" type="sphere" size="0.1" mass="1"/></body>
+    <body name="b" pos="0.25 0 0"><freejoint/><geom name="b" type="sphere" size="0.1" mass="1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_cfd_pairs_reach_only_the_named_pairs():
+    """Every pair is 5 cm apart (inside width 0.1): by default all reach out; with pairs=(a, b)
+    the wall's contacts stay MuJoCo's (out of the gradient model: 5 cm is beyond their margin)."""
+
+    def reaching_pairs(pairs):
+        model = jsn.load_mjcf(WALLED, cfd=jsn.CFD(width=0.1, pairs=pairs))
+        data = smooth.kinematics(model, jsn.make_data(model))
+        contact = collide(model, data, pair_reach=cfd.pair_reach(model.opt.cfd, model.topology.geom_names))
+        efc = constraint.make_efc(model, data.replace(contact=contact), model.opt.cfd)
+        layout, names = model.constraints, model.topology.geom_names
+        rows = np.asarray(efc.mask)[layout.ne + layout.nf + layout.nl :]
+        geoms = np.asarray(layout.contact_geom)[layout.row_contact[rows]]
+        return {tuple(sorted(names[g] for g in pair)) for pair in geoms}
+
+    assert reaching_pairs(None) == {("a", "b"), ("a", "wall"), ("b", "wall")}
+    assert reaching_pairs((("b", "a"),)) == {("a", "b")}
+
+
 def test_cfd_settings_are_checked():
     with pytest.raises(ValueError, match="width"):
         jsn.CFD(width=0.0)
@@ -76,3 +106,7 @@ def test_cfd_settings_are_checked():
         jsn.CFD(width=0.1, dmin=1.0)
     with pytest.raises(TypeError, match="CFD"):
         jsn.load_mjcf(BILLIARDS, cfd=0.1)
+    with pytest.raises(ValueError, match="pairs"):
+        jsn.CFD(width=0.1, pairs=("a", "b"))  # one pair, not a sequence of pairs
+    with pytest.raises(ValueError, match="no geom named 'c'"):
+        jsn.load_mjcf(WALLED, cfd=jsn.CFD(width=0.1, pairs=(("a", "c"),)))

@@ -108,6 +108,8 @@ def test_bench_cli_compares_with_mjx(tmp_path, capsys):
         (["sysid", "{tmp}/c.toml"], SYSID.replace("init = 0.04", "init = 0.2"), "must lie strictly inside its bounds"),
         (["mpc", "{tmp}/c.toml"], MPC.replace('"pusher"', '"snooker"'), "unknown task 'snooker'"),
         (["mpc", "{tmp}/c.toml"], "[task\n", "not valid TOML"),
+        (["mpc", "{tmp}/c.toml"], MPC.replace("cfd_width = [0.0]", 'cfd_width = [0.3]\ncfd_pairs = [["finger", "puck"]]'),
+         "no geom named 'puck'"),
         (["simulate", "{tmp}/bad.xml"], "<mujoco><worldbody><geom type='sphere'/></worldbody>", "bad.xml"),
     ],
 )

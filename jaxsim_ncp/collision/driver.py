@@ -92,12 +92,14 @@ def _group_params(model: Model, group: PairGroup):
 
 
 @jax.jit
-def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Contact:
+def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_reach: np.ndarray | None = None) -> Contact:
     """Narrow phase over every candidate pair (mj_collision); returns the fixed-size contact array.
 
     lookahead (ngeom,): extra detection distance per geom (a pair reports contacts
     closer than margin + gap + lookahead[g1] + lookahead[g2]); the hard-contact solver
-    uses it to see contacts the step can reach. includemargin is unchanged.
+    uses it to see contacts the step can reach. pair_reach (ngeom, ngeom), static: extra
+    detection distance per pair (contacts from distance, `cfd.pair_reach`).
+    includemargin is unchanged.
     """
     parts, overflow = [], jnp.zeros((), bool)
     for group in model.constraints.groups:
@@ -115,6 +117,8 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None) -> Con
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
         friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
         reach = margin + gap if lookahead is None else margin + gap + lookahead[g1] + lookahead[g2]
+        if pair_reach is not None:
+            reach = reach + jnp.asarray(pair_reach[g1, g2], reach.dtype)
         capacity = model.opt.max_geom_pairs
         if capacity is not None and capacity < len(g1) and group.hfield < 0:  # (no box for a height field)
             col, full = _narrow_phase_culled(fn, model, data, group.types, g1, g2, reach, capacity)
