@@ -8,7 +8,8 @@ push weakly:
   tapers to `dmin` at r = width along MuJoCo's spline (midpoint, power), so d and its
   slope are continuous at r = 0 (`constraint.cfd_impedance`);
 - reference acceleration: the position term uses -s softplus(-r / s) instead of r
-  (s = `softness`), about r in penetration and a small push apart beyond it.
+  (s = `softness`), about r in penetration and a small push apart beyond it
+  (`reference_distance`: held at r = 50 s, so it never underflows within `width`).
 
 Only contact rows are extended (`constraint.make_efc(..., cfd=...)`).
 
@@ -97,6 +98,19 @@ def pair_reach(cfd: CFD, geom_names: tuple[str, ...]) -> Float[np.ndarray, "ngeo
     mask = pair_mask(cfd, geom_names)
     n = len(geom_names)
     return cfd.width * (np.ones((n, n), bool) if mask is None else mask)
+
+
+_FAR = 50.0  # softness lengths beyond which the push apart is held constant (e^-50: far above float32's underflow)
+
+
+def reference_distance(r: Array, softness: float) -> Array:
+    """The position term's distance, -s softplus(-min(r / s, 50)): about r in penetration, a push
+    apart decaying as s e^(-r/s) beyond the surface, held at its value at r = 50 s from there on.
+
+    What makes a far contact push at all is that this push is positive: in float32 e^(-r/s)
+    underflows to 0 beyond about 87 s (0.87 width by default), which left contacts farther out,
+    though within `width`, with no force and an exactly zero gradient."""
+    return -softness * jax.nn.softplus(-jnp.minimum(r / softness, _FAR))
 
 
 def straight_through(value: Array, surrogate: Array) -> Array:

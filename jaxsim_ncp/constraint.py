@@ -23,7 +23,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
 from . import math
-from .cfd import CFD, pair_mask
+from .cfd import CFD, pair_mask, reference_distance
 from .smooth import point_jacobian
 from .types import Contact, Data, JointType, Model
 
@@ -531,7 +531,7 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
     With `cfd` (the gradient-only model of contacts from distance, cfd.py) contact rows
     of the pairs it names (all by default) exist out to `cfd.width` beyond their margin
     (`data.contact` must come from a collision with that reach), their impedance is
-    `cfd_impedance` and the position term of aref uses -s softplus(-r / s) in place of r.
+    `cfd_impedance` and the position term of aref uses `reference_distance` (-s softplus(-r / s)) in place of r.
     """
     layout = model.constraints
     contacts = efc_contacts(model, data.contact) if contacts is None else contacts
@@ -556,8 +556,7 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
         reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + jnp.where(wide, cfd.width, 0.0))
         rows = rows._replace(mask=rows.mask.at[first:].set(reach))
         imp = imp.at[first:].set(jnp.where(wide, cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]), imp[first:]))
-        s = cfd.softplus_length
-        r_ref = r_ref.at[first:].set(jnp.where(wide, -s * jax.nn.softplus(-r_ref[first:] / s), r_ref[first:]))
+        r_ref = r_ref.at[first:].set(jnp.where(wide, reference_distance(r_ref[first:], cfd.softplus_length), r_ref[first:]))
     dmax = solimp[:, 1]
     R = jnp.maximum(MINVAL, (1 - imp) * rows.diag_approx / imp)
 

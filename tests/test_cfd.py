@@ -81,22 +81,32 @@ WALLED = """
 """
 
 
+def _cfd_contact_rows(cfd_settings, dtype=None):
+    """The gradient model's contact rows of WALLED at rest: (geom-name pair, mask, aref) per row."""
+    model = jsn.load_mjcf(WALLED, cfd=cfd_settings, dtype=dtype)
+    data = smooth.kinematics(model, jsn.make_data(model))
+    contact = collide(model, data, pair_reach=cfd.pair_reach(model.opt.cfd, model.topology.geom_names))
+    efc = constraint.make_efc(model, data.replace(contact=contact), model.opt.cfd)
+    layout, names = model.constraints, model.topology.geom_names
+    first = layout.ne + layout.nf + layout.nl
+    pairs = [tuple(sorted(names[g] for g in pair)) for pair in np.asarray(layout.contact_geom)[layout.row_contact]]
+    return pairs, np.asarray(efc.mask)[first:], np.asarray(efc.aref)[first:]
+
+
 def test_cfd_pairs_reach_only_the_named_pairs():
     """Every pair is 5 cm apart (inside width 0.1): by default all reach out; with pairs=(a, b)
     the wall's contacts stay MuJoCo's (out of the gradient model: 5 cm is beyond their margin)."""
+    for pairs, reaching in ((None, {("a", "b"), ("a", "wall"), ("b", "wall")}), ((("b", "a"),), {("a", "b")})):
+        rows, mask, _ = _cfd_contact_rows(jsn.CFD(width=0.1, pairs=pairs))
+        assert {pair for pair, on in zip(rows, mask) if on} == reaching
 
-    def reaching_pairs(pairs):
-        model = jsn.load_mjcf(WALLED, cfd=jsn.CFD(width=0.1, pairs=pairs))
-        data = smooth.kinematics(model, jsn.make_data(model))
-        contact = collide(model, data, pair_reach=cfd.pair_reach(model.opt.cfd, model.topology.geom_names))
-        efc = constraint.make_efc(model, data.replace(contact=contact), model.opt.cfd)
-        layout, names = model.constraints, model.topology.geom_names
-        rows = np.asarray(efc.mask)[layout.ne + layout.nf + layout.nl :]
-        geoms = np.asarray(layout.contact_geom)[layout.row_contact[rows]]
-        return {tuple(sorted(names[g] for g in pair)) for pair in geoms}
 
-    assert reaching_pairs(None) == {("a", "b"), ("a", "wall"), ("b", "wall")}
-    assert reaching_pairs((("b", "a"),)) == {("a", "b")}
+def test_cfd_pushes_out_to_its_width_in_float32():
+    """At rest only the position term's push apart makes a far contact act (and pass on velocity
+    gradients). Gaps of 0.95 width are 95 softness lengths, where float32's e^(-r/s) underflows:
+    the push must still be positive there."""
+    _, mask, aref = _cfd_contact_rows(jsn.CFD(width=0.05 / 0.95), dtype=jnp.float32)
+    assert mask.sum() == 12 and np.all(aref[mask] > 0), aref[mask]  # 3 contacts, 4 pyramid rows each
 
 
 def test_cfd_settings_are_checked():
