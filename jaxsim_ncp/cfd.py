@@ -76,15 +76,15 @@ class CFD:
         return self.width / 100 if self.softness is None else self.softness
 
 
-def pair_mask(cfd: CFD, geom_names: tuple[str, ...]) -> Bool[np.ndarray, "ngeom ngeom"] | None:
-    """Which geom pairs reach out to `cfd.width` (symmetric); None where every pair does.
+def pair_mask(pairs: tuple[tuple[str, str], ...] | None, geom_names: tuple[str, ...]) -> Bool[np.ndarray, "ngeom ngeom"] | None:
+    """Which geom pairs reach out to the width (symmetric) given `CFD.pairs`; None where every pair does.
 
-    Raises ValueError naming a geom of `cfd.pairs` that the model does not have."""
-    if cfd.pairs is None:
+    Raises ValueError naming a geom of `pairs` that the model does not have."""
+    if pairs is None:
         return None
     index = {name: i for i, name in enumerate(geom_names) if name}
     mask = np.zeros((len(geom_names), len(geom_names)), bool)
-    for a, b in cfd.pairs:
+    for a, b in pairs:
         for name in (a, b):
             if name not in index:
                 raise ValueError(f"CFD pairs: the model has no geom named {name!r}")
@@ -95,7 +95,7 @@ def pair_mask(cfd: CFD, geom_names: tuple[str, ...]) -> Bool[np.ndarray, "ngeom 
 def pair_reach(cfd: CFD, geom_names: tuple[str, ...]) -> Float[np.ndarray, "ngeom ngeom"]:
     """Extra detection distance of each geom pair in the gradient model's collision: `width`
     for the pairs of `cfd.pairs` (every pair by default), 0 for the rest."""
-    mask = pair_mask(cfd, geom_names)
+    mask = pair_mask(cfd.pairs, geom_names)
     n = len(geom_names)
     return cfd.width * (np.ones((n, n), bool) if mask is None else mask)
 

@@ -551,7 +551,7 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
     if cfd is not None and layout.ncon:
         first = layout.ne + layout.nf + layout.nl  # contact rows follow
         con, c = contacts.contact, layout.row_contact
-        pairs = pair_mask(cfd, model.topology.geom_names)
+        pairs = pair_mask(cfd.pairs, model.topology.geom_names)
         wide = True if pairs is None else jnp.asarray(pairs)[contacts.geom[:, 0], contacts.geom[:, 1]][c]
         reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + jnp.where(wide, cfd.width, 0.0))
         rows = rows._replace(mask=rows.mask.at[first:].set(reach))

@@ -197,7 +197,7 @@ def from_mujoco(
     geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, -1))
     fluid_interaction = geom_fluid[:, 0] > 0
     if cfd is not None:
-        pair_mask(cfd, names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom))  # raises on a geom the model lacks
+        pair_mask(cfd.pairs, names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom))  # raises on a geom the model lacks
     topology = Topology(
         body_parentid=ints(m.body_parentid),
         body_rootid=ints(m.body_rootid),

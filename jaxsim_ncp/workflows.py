@@ -342,8 +342,7 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
     pairs = tuple(tuple(p) for p in grad_cfg["cfd_pairs"]) or None  # [] (default): every geom pair
     try:
         cfds = {w: CFD(width=w, pairs=pairs) if w else None for w in widths}
-        if pairs:
-            pair_mask(cfds[max(widths)], task.model.topology.geom_names)
+        pair_mask(pairs, task.model.topology.geom_names)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"[gradient] cfd_width / cfd_pairs: {err}") from err
     return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(

@@ -97,7 +97,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_r
 
     lookahead (ngeom,): extra detection distance per geom (a pair reports contacts
     closer than margin + gap + lookahead[g1] + lookahead[g2]); the hard-contact solver
-    uses it to see contacts the step can reach. pair_reach (ngeom, ngeom), static: extra
+    uses it to see contacts the step can reach. pair_reach (ngeom, ngeom): extra
     detection distance per pair (contacts from distance, `cfd.pair_reach`).
     includemargin is unchanged.
     """
