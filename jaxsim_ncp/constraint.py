@@ -464,7 +464,7 @@ def external_wrenches(model: Model, data: Data) -> Float[Array, "nbody 6"]:
         local = contact_force(model, data)
         frame_t = jnp.swapaxes(data.contact.frame, -1, -2)  # contact frame (rows: axes) -> world
         force, torque = jnp.einsum("cij,cj->ci", frame_t, local[:, :3]), jnp.einsum("cij,cj->ci", frame_t, local[:, 3:])
-        body = np.asarray(model.topology.geom_bodyid, dtype=np.int64)[layout.contact_geom]
+        body = geom_body(model, layout.contact_geom)
         pos = data.contact.pos
         cfrc = cfrc.at[body[:, 0]].add(-at_com(body[:, 0], pos, torque, force))  # body 1 gets the opposite
         cfrc = cfrc.at[body[:, 1]].add(at_com(body[:, 1], pos, torque, force))

@@ -196,8 +196,6 @@ def from_mujoco(
     rangefinders = bool(np.any(np.asarray(m.sensor_type) == int(sensor.Sens.RANGEFINDER)))
     geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, -1))
     fluid_interaction = geom_fluid[:, 0] > 0
-    if cfd is not None:
-        pair_mask(cfd.pairs, names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom))  # raises on a geom the model lacks
     topology = Topology(
         body_parentid=ints(m.body_parentid),
         body_rootid=ints(m.body_rootid),
@@ -275,6 +273,8 @@ def from_mujoco(
         geom_visible=tuple(bool(a) for a in _geom_alpha(m) != 0),
         mesh_names=names(mujoco.mjtObj.mjOBJ_MESH, m.nmesh),
     )
+    if cfd is not None:
+        pair_mask(cfd.pairs, topology.geom_names)  # raises on a geom the model lacks
     layout = dataclasses.replace(_constraint_layout(m, disableflags, opt.cone), max_geom_pairs=opt.max_geom_pairs)
     mesh_vert, mesh_polynormal, mesh_polyvert = _mesh_hulls(m, layout)
     topology = dataclasses.replace(topology, mesh_polyvert=mesh_polyvert)

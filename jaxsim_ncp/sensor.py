@@ -216,7 +216,7 @@ def _touch(model: Model, data: Data, shared: _Shared, site: int):
     that contains the contact point always counts."""
     topo = model.topology
     body = topo.site_bodyid[site]
-    contact_body = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]
+    contact_body = constraint.geom_body(model, model.constraints.contact_geom)
     mine = np.flatnonzero((contact_body[:, 0] == body) | (contact_body[:, 1] == body))
     if mine.size == 0:
         return jnp.zeros(1, model.dtype)
@@ -346,7 +346,7 @@ def _contact_matches(model: Model, type1: int, id1: int, type2: int, id2: int):
     slot here (its volume is tested on the contact point)."""
     topo = model.topology
     geom = model.constraints.contact_geom
-    body = np.asarray(topo.geom_bodyid, dtype=np.int64)[geom]
+    body = constraint.geom_body(model, geom)
 
     def check(side: int, objtype: int, objid: int) -> np.ndarray:
         if objtype in (0, Obj.SITE):  # none (mjOBJ_UNKNOWN), or a site
@@ -375,9 +375,9 @@ def _mujoco_contact_rank(model: Model) -> np.ndarray:
     (lower body id first), a pair's explicit <pair>s before its geom pairs, geoms by id, then
     the collision function's own order. (Bodies with several geoms go through MuJoCo's midphase,
     whose order this approximates by geom id.)"""
-    layout, topo = model.constraints, model.topology
+    layout = model.constraints
     geom = layout.contact_geom
-    body = np.sort(np.asarray(topo.geom_bodyid, dtype=np.int64)[geom], axis=1)
+    body = np.sort(constraint.geom_body(model, geom), axis=1)
     explicit = np.concatenate([np.zeros(0, bool)] + [np.repeat(np.asarray(g.pair_id) >= 0, g.n_slots) for g in layout.groups])
     slot = np.arange(len(geom))
     order = np.lexsort((slot, geom.max(1), geom.min(1), ~explicit, body[:, 1], body[:, 0]))
@@ -430,7 +430,7 @@ def _contact_sensor(model: Model, data: Data, shared: _Shared, i: int):
     flip_z = jnp.concatenate([jnp.ones((len(c), 2), dtype), s], -1)
     velocity = [None, None]
     if spec & (3 << 7):  # linvel, angvel: body 2 relative to body 1 at the contact, in the contact frame
-        body = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]
+        body = constraint.geom_body(model, model.constraints.contact_geom)
         axes = con.frame.swapaxes(-1, -2)
         w1, v1 = smooth.object_velocity(model, data, body[:, 0], con.pos, axes)
         w2, v2 = smooth.object_velocity(model, data, body[:, 1], con.pos, axes)
