@@ -106,6 +106,18 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
             g_mat, g_r = jax.jit(jax.grad(lambda m, v: jnp.sum(jnp.sin(fn(m, v))), argnums=(0, 1)))(mat, r)
             np.testing.assert_allclose(g_r, b_bar, rtol=1e-8)
             np.testing.assert_allclose(g_mat, -np.outer(b_bar, x), rtol=1e-8, atol=1e-12)
+    # the NCP's solves (CPU: LU without pivoting), float64 and, on a nonsymmetric matrix of condition
+    # ~1e6 (positive-definite symmetric part), float32 backward error
+    k = rng.normal(size=(8, 8))
+    u = np.linalg.qr(rng.normal(size=(8, 8)))[0]
+    c = u @ np.diag(np.logspace(0, 6, 8)) @ u.T + (k - k.T)
+    r = rng.normal(size=8)
+    solve_with = jax.jit(lambda m, v, t: linalg.solve_with(linalg.factor_for_solves(m), v, t), static_argnums=2)
+    for trans in (False, True):
+        np.testing.assert_allclose(solve_with(c, r, trans), np.linalg.solve(c.T if trans else c, r), rtol=1e-9)
+        x = np.asarray(solve_with(jnp.asarray(c, jnp.float32), jnp.asarray(r, jnp.float32), trans), np.float64)
+        backward_error = np.linalg.norm(r - (c.T if trans else c) @ x) / (np.linalg.norm(c, 2) * np.linalg.norm(x))
+        assert backward_error < 10 * np.finfo(np.float32).eps, backward_error
     # positive definite, but beyond float32's precision: finite factor instead of NaN
     u = np.linalg.qr(rng.normal(size=(6, 6)))[0]
     a32 = jnp.asarray(u @ np.diag([1e11, 1e3, 1.0, 1e-2, 1e-3, 1e-3]) @ u.T, jnp.float32)

@@ -33,7 +33,8 @@ about 1e-8 L and creeps at most 1e-8 L per step.
 
 Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the Newton
 system of the residual is reduced per unit (each 8x8 block inverted in closed form) to
-one (nv + ne) system, LU-factored once and applied to three right-hand sides: an
+one (nv + ne) system, LU-factored once (`linalg.factor_for_solves`: unpivoted on the CPU) and
+applied to three right-hand sides: an
 affine step aiming at complementarity kappa (not 0: then it and the corrector vanish at
 the solution), the cone line search (eqs. 41-46), centering sigma = (mu_aff / mu)^3
 (eq. 54); then Mehrotra's corrector (the second-order term) and the plain direction,
@@ -182,7 +183,7 @@ class Factor(NamedTuple):
 
     unit_inv: Array  # (nu, 8, 8): A^-1, A = d r_u / d u (cone rows in NT form during the iterations)
     AinvB: Array  # (nu, 8, 3): A^-1 d r_u / d(J v)
-    system_lu: tuple  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, delta I]]
+    system: linalg.SolveFactor  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, delta I]]
 
 
 def _arrow_inv(a):
@@ -240,7 +241,7 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     ne = p.Je.shape[0]
     top = jnp.concatenate([H, -p.Je.T * p.Pe[None, :]], axis=1)
     bottom = jnp.concatenate([p.h * p.Je / p.L, _equality_regularization(H.dtype) * jnp.eye(ne, dtype=H.dtype)], axis=1)
-    return Factor(unit_inv, AinvB, linalg.lu_factor(jnp.concatenate([top, bottom])))
+    return Factor(unit_inv, AinvB, linalg.factor_for_solves(jnp.concatenate([top, bottom])))
 
 
 def _force_map(p: Problem) -> Array:
@@ -258,7 +259,7 @@ def newton_direction(factor: Factor, p: Problem, r) -> Array:
     r_v, r_e, r_u = _unpack(r, p)
     Ainv_r = jnp.einsum("cab,cb->ca", factor.unit_inv, r_u)  # (nu, 8)
     rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, jnp.einsum("cka,ca->ck", _force_map(p), Ainv_r))
-    d = linalg.lu_solve(factor.system_lu, jnp.concatenate([rhs_v, -r_e]))
+    d = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, -r_e]))
     dv, dle = d[:nv], d[nv:]
     du = -(Ainv_r + jnp.einsum("cak,ck->ca", factor.AinvB, jnp.einsum("ckn,n->ck", p.J, dv)))
     return _pack(dv, dle, du)
@@ -271,7 +272,7 @@ def transposed_solve(factor: Factor, p: Problem, b) -> Array:
     b_v, b_e, b_u = _unpack(b, p)
     Bt_Ainvt_b = jnp.einsum("cak,ca->ck", factor.AinvB, b_u)  # (A^-1 B)^T b_u, (nu, 3)
     rhs_v = b_v - jnp.einsum("ckn,ck->n", p.J, Bt_Ainvt_b)
-    y = linalg.lu_solve(factor.system_lu, jnp.concatenate([rhs_v, b_e]), trans=True)
+    y = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, b_e]), trans=True)
     y_v, y_e = y[:nv], y[nv:]
     FtJy = jnp.einsum("cka,ck->ca", _force_map(p), jnp.einsum("ckn,n->ck", p.J, y_v))
     y_u = jnp.einsum("cba,cb->ca", factor.unit_inv, b_u + FtJy)
@@ -425,15 +426,25 @@ def _term_magnitudes(x, p: Problem) -> Array:
     return _pack(m_v, m_e, jnp.where(p.active[:, None] > 0, m_u, 0.0))
 
 
-def scaled_residual(x, p: Problem, kappa):
+def scaled_residual(x, p: Problem, kappa, r=None):
     """Relative residual: max over rows of |r_i| / (1 + m_i), the momentum rows in velocity units
-    (/ diag(M) V) and m_i the magnitude of row i's terms (`_term_magnitudes`)."""
+    (/ diag(M) V) and m_i the magnitude of row i's terms (`_term_magnitudes`). r: residual(x, p, kappa)
+    when the caller has it."""
     nv = p.M.shape[0]
-    r = residual(x, p, kappa)
+    r = residual(x, p, kappa) if r is None else r
     scale = jnp.concatenate([1.0 / (jnp.diag(p.M) * p.V), jnp.ones(r.shape[0] - nv, r.dtype)])
     scale = jax.lax.stop_gradient(scale)
     m = jax.lax.stop_gradient(_term_magnitudes(x, p))
     return jnp.max(jnp.abs(r * scale) / (1.0 + m * scale), initial=0.0)
+
+
+def _uncentered(r, p: Problem, kappa):
+    """residual(x, p, 0) from r = residual(x, p, kappa): kappa enters only the complementarity
+    rows, and of those `_nt_residual` reads only gamma s (it rebuilds the cone rows)."""
+    nvne = r.shape[0] - p.gap.shape[0] * NU
+    r_u = r[nvne:].reshape(-1, NU)
+    r_u = r_u.at[:, 4].add(jnp.where(p.active > 0, kappa, 0.0))
+    return r.at[nvne:].set(r_u.reshape(-1))
 
 
 # ---------------------------------------------------------------------- the solver
@@ -447,8 +458,8 @@ def initial_point(p: Problem):
     return _pack(v, jnp.zeros((ne,), p.M.dtype), u)
 
 
-def _mehrotra_step(x, p: Problem, kappa):
-    """One predictor-corrector iteration (Dojo Alg. 2 with eqs. 52-54)."""
+def _mehrotra_step(x, p: Problem, kappa, r):
+    """One predictor-corrector iteration (Dojo Alg. 2 with eqs. 52-54); r = residual(x, p, kappa)."""
     u = _unpack(x, p)[2]
     nt = _nt(u)
     factor = factorize(x, p, nt)
@@ -456,7 +467,7 @@ def _mehrotra_step(x, p: Problem, kappa):
     # so does Mehrotra's corrector built from it. Aimed at 0 it does not, and the corrector's bias (of
     # order kappa, as large as the tolerance) balanced the residual at a spurious fixed point (humanoid
     # foot, float64: scaled residual stuck at 7e-5 for 30 iterations; now 1e-13 in 12)
-    r0 = residual(x, p, 0.0)
+    r0 = _uncentered(r, p, kappa)
     d_aff = newton_direction(factor, p, _nt_residual(r0, p, nt, kappa))
     du_aff = _unpack(d_aff, p)[2]
     a_aff = jnp.minimum(1.0, max_step(u, du_aff, p))
@@ -502,11 +513,11 @@ def _off_the_cone_boundary(u, p: Problem, margin: float = 0.1):
     return jnp.where((p.friction * p.active)[:, None] > 0, moved, u)
 
 
-def _centering_step(x, p: Problem, kappa):
-    """A damped Newton step on the kappa-relaxed system (no predictor)."""
+def _centering_step(x, p: Problem, kappa, r):
+    """A damped Newton step on the kappa-relaxed system (no predictor); r = residual(x, p, kappa)."""
     u = _unpack(x, p)[2]
     nt = _nt(u)
-    d = newton_direction(factorize(x, p, nt), p, _nt_residual(residual(x, p, 0.0), p, nt, kappa))
+    d = newton_direction(factorize(x, p, nt), p, _nt_residual(_uncentered(r, p, kappa), p, nt, kappa))
     return x + _step_length(max_step(u, _unpack(d, p)[2], p)) * d
 
 
@@ -521,26 +532,28 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     """
 
     def body(carry):
-        x, done, count, best, best_res = carry
-        x_new = step_fn(x, p, kappa)
+        x, r, done, count, best, best_res = carry
+        x_new = step_fn(x, p, kappa, r)
         x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)  # never step into NaN
         x = jnp.where(done, x, x_new)
         count = count + (~done).astype(jnp.int32)
-        res = scaled_residual(x, p, kappa)
+        r = residual(x, p, kappa)  # also the next step's
+        res = scaled_residual(x, p, kappa, r)
         better = res < best_res
         best, best_res = jnp.where(better, x, best), jnp.where(better, res, best_res)
-        return x, done | (res <= tolerance), count, best, best_res
+        return x, r, done | (res <= tolerance), count, best, best_res
 
-    res0 = scaled_residual(x, p, kappa)
-    carry = (x, skip | (res0 <= tolerance), jnp.zeros((), jnp.int32), x, res0)
+    r0 = residual(x, p, kappa)
+    res0 = scaled_residual(x, p, kappa, r0)
+    carry = (x, r0, skip | (res0 <= tolerance), jnp.zeros((), jnp.int32), x, res0)
     if early_exit:
-        carry = jax.lax.while_loop(lambda c: ~c[1] & (c[2] < iterations), body, carry)
+        carry = jax.lax.while_loop(lambda c: ~c[2] & (c[3] < iterations), body, carry)
     else:
         carry = jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=iterations)[0]
     # the iterate with the smallest residual (the converged one, for a world that converged): one that
     # ran out of iterations can have wandered far from where it came closest (humanoid at dt 0.05:
     # residual 4e-6 at iteration 10, 3e-2 at iteration 30)
-    _, done, count, best, _ = carry
+    _, _, done, count, best, _ = carry
     return best, done, count
 
 
