@@ -242,10 +242,10 @@ def factor_for_solves(a: Float[Array, "n n"]) -> SolveFactor:
 
     Meant for matrices whose leading blocks stay well away from singular (the NCP's reduced Newton
     matrix: the mass matrix plus contact terms, the equality rows last). Humanoid NCP iteration
-    against the pivoted row loop (2-core CPU, float32; with the NCP reusing its residual): 92 -> 72 us
-    (1 world), 956 -> 789 us (16 worlds), the same iteration counts. (An explicit inverse was as fast
-    but, not backward stable, left 79 of 50 000 humanoid steps unconverged against 53, even with two
-    refinement steps.)
+    (2-core CPU, float32), against `lu_factor` / `lu_solve`: 92 -> 62 us (1 world), 956 -> 670 us
+    (16 worlds) together with the NCP's own changes of the same commit, at the same iteration
+    counts. (An explicit inverse was as fast but, not backward stable, left 79 of 50 000 humanoid
+    steps unconverged against 53, even with two refinement steps.)
     """
     a = jnp.asarray(a)
     n = a.shape[-1]
@@ -255,9 +255,40 @@ def factor_for_solves(a: Float[Array, "n n"]) -> SolveFactor:
     return SolveFactor(lu, perm)
 
 
+def _substitute_by_columns(t, b, lower: bool, unit_diagonal: bool, columns: bool = True):
+    """Solve T x = b for triangular T by columns: once x_k is known, x_k times T's column k leaves
+    the right-hand side (columns=False: T's row k, i.e. solve T^T x = b with T^T triangular the
+    other way). Each step is one elementwise update (`_triangular_solve`'s row form takes a dot and
+    a scatter per row, each a separate kernel under vmap)."""
+    n = t.shape[0]
+    idx = jnp.arange(n, dtype=jnp.int32)
+
+    def step(i, y):
+        k = i if lower else n - 1 - i
+        col = t[:, k] if columns else t[k, :]
+        xk = y[k] if unit_diagonal else y[k] / t[k, k]
+        rest = (idx > k) if lower else (idx < k)
+        return jnp.where(idx == k, xk, y - xk * jnp.where(rest, col, 0.0))
+
+    return _rows_loop(n, step, b)
+
+
+def _lu_solve_unpivoted(lu, b, trans: bool):
+    if not trans:  # L U x = b
+        y = _substitute_by_columns(lu, b, lower=True, unit_diagonal=True)
+        return _substitute_by_columns(lu, y, lower=False, unit_diagonal=False)
+    # U^T L^T x = b: U^T is lower (its columns are U's rows), L^T upper
+    y = _substitute_by_columns(lu, b, lower=True, unit_diagonal=False, columns=False)
+    return _substitute_by_columns(lu, y, lower=False, unit_diagonal=True, columns=False)
+
+
 def solve_with(factor: SolveFactor, b: Float[Array, " n"], trans: bool = False) -> Float[Array, " n"]:
-    """a^-1 b (trans: a^-T b) from `factor_for_solves`."""
-    return lu_solve((factor.lu, factor.perm), b, trans)
+    """a^-1 b (trans: a^-T b) from `factor_for_solves` (b a vector)."""
+    return jax.lax.platform_dependent(
+        factor.lu, factor.perm, jnp.asarray(b),
+        cpu=lambda lu, perm, b: _lu_solve_unpivoted(lu, b, trans),
+        default=functools.partial(_lu_solve_native, trans=trans),
+    )  # fmt: skip
 
 
 def solve(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n"]:

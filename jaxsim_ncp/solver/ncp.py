@@ -155,9 +155,35 @@ def unit_jacobians(u, p: Problem):
 
 
 def _unit_force(u, p: Problem):
-    """Impulses (nu, 3) in N s of the units: P (gamma, xi_1, xi_2), zero where inactive."""
-    f = jnp.stack([u[:, 0], u[:, 3] * p.friction, u[:, 4] * p.friction], axis=-1)
-    return (p.P * p.active)[:, None] * f
+    """Impulses (nu, 3) in N s of the units: P (gamma, xi_1, xi_2), zero where inactive; for u
+    (nu, 8, ...) the same map applied to each trailing column (d impulse / d u times u)."""
+    trailing = (1,) * (u.ndim - 2)
+    friction = p.friction.reshape(-1, *trailing)
+    f = jnp.stack([u[:, 0], u[:, 3] * friction, u[:, 4] * friction], axis=1)
+    return (p.P * p.active).reshape(-1, 1, *trailing) * f
+
+
+def _unit_force_transposed(f, p: Problem):
+    """The transpose of `_unit_force`: (nu, 3) -> (nu, 8)."""
+    f = (p.P * p.active)[:, None] * f
+    zero = jnp.zeros_like(f[:, 0])
+    return jnp.stack([f[:, 0], zero, zero, f[:, 1] * p.friction, f[:, 2] * p.friction, zero, zero, zero], axis=1)
+
+
+def _blocks_times(a, x):
+    """a @ x per unit (a (nu, m, k), x (nu, k)) as k elementwise terms: as a dot_general, a
+    (vmapped) batch of such tiny products costs a library call per product on the CPU."""
+    return sum(a[:, :, i] * x[:, i, None] for i in range(a.shape[2]))
+
+
+def _blocks_matmul(a, b):
+    """a @ b per unit (a (nu, m, k), b (nu, k, l)), likewise."""
+    return sum(a[:, :, i, None] * b[:, None, i, :] for i in range(a.shape[2]))
+
+
+def _blocks_transposed_times(a, x):
+    """a^T @ x per unit (a (nu, m, k), x (nu, m)), likewise."""
+    return sum(a[:, i, :] * x[:, i, None] for i in range(a.shape[1]))
 
 
 def residual(x, p: Problem, kappa) -> Array:
@@ -206,19 +232,19 @@ def _unit_inverse(u, p: Problem, nt: NT | None) -> Array:
     gamma, s = u[:, 0], u[:, 1]
     if nt is None:
         P_inv = jax.vmap(_arrow_inv)(u[:, 5:8])
-        S = P_inv @ jax.vmap(_arrow)(u[:, 2:5])
+        S = _blocks_matmul(P_inv, jax.vmap(_arrow)(u[:, 2:5]))
     else:
-        P_inv = nt.W @ jax.vmap(_arrow_inv)(nt.lam)
-        S = nt.W @ nt.W
+        P_inv = _blocks_matmul(nt.W, jax.vmap(_arrow_inv)(nt.lam))
+        S = _blocks_matmul(nt.W, nt.W)
 
     def solve(r):  # r: (nu, 8) -> y (nu, 8)
         y_s = r[:, 0]
         y_gamma = (r[:, 4] - gamma * y_s) / s
         y_eta_t = r[:, 1:3]
         y_xi0 = r[:, 3] + p.mu * y_gamma
-        c = jnp.einsum("cab,cb->ca", P_inv, r[:, 5:8])
-        y_eta0 = (c[:, 0] - jnp.einsum("ct,ct->c", S[:, 0, 1:], y_eta_t) - y_xi0) / S[:, 0, 0]
-        y_xi_t = c[:, 1:] - S[:, 1:, 0] * y_eta0[:, None] - jnp.einsum("cab,cb->ca", S[:, 1:, 1:], y_eta_t)
+        c = _blocks_times(P_inv, r[:, 5:8])
+        y_eta0 = (c[:, 0] - S[:, 0, 1] * y_eta_t[:, 0] - S[:, 0, 2] * y_eta_t[:, 1] - y_xi0) / S[:, 0, 0]
+        y_xi_t = c[:, 1:] - S[:, 1:, 0] * y_eta0[:, None] - _blocks_times(S[:, 1:, 1:], y_eta_t)
         cone = jnp.concatenate([y_gamma[:, None], y_s[:, None], y_xi0[:, None], y_xi_t, y_eta0[:, None], y_eta_t], axis=1)
         fixed = jnp.concatenate([y_gamma[:, None], y_s[:, None], r[:, 3:4], r[:, 6:8], r[:, 5:6], y_eta_t], axis=1)
         y = jnp.where(p.friction[:, None] > 0, cone, fixed)
@@ -234,9 +260,8 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     v, _, u = _unpack(x, p)
     _, B = unit_jacobians(u, p)
     unit_inv = _unit_inverse(u, p, nt)
-    AinvB = unit_inv @ B
-    F = _force_map(p)  # (nu, 3, 8)
-    W = F @ AinvB  # (nu, 3, 3)
+    AinvB = unit_inv[:, :, :3] * jnp.diagonal(B[:, :3], axis1=1, axis2=2)[:, None, :]  # B is diagonal in its first 3 rows, zero below
+    W = _unit_force(AinvB, p)  # (nu, 3, 3): d impulse / d(J v)
     H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
     ne = p.Je.shape[0]
     top = jnp.concatenate([H, -p.Je.T * p.Pe[None, :]], axis=1)
@@ -244,24 +269,16 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     return Factor(unit_inv, AinvB, linalg.factor_for_solves(jnp.concatenate([top, bottom])))
 
 
-def _force_map(p: Problem) -> Array:
-    """F (nu, 3, 8): d(unit impulse) / d u."""
-    nu = p.gap.shape[0]
-    F = jnp.zeros((nu, 3, NU), p.M.dtype)
-    F = F.at[:, 0, 0].set(1.0).at[:, 1, 3].set(p.friction).at[:, 2, 4].set(p.friction)
-    return F * (p.P * p.active)[:, None, None]
-
-
 def newton_direction(factor: Factor, p: Problem, r) -> Array:
     """d with (d r / d x) d = -r, by the block reduction (units first, then the (nv+ne) system)."""
     p = _constants(p)
     nv = p.M.shape[0]
     r_v, r_e, r_u = _unpack(r, p)
-    Ainv_r = jnp.einsum("cab,cb->ca", factor.unit_inv, r_u)  # (nu, 8)
-    rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, jnp.einsum("cka,ca->ck", _force_map(p), Ainv_r))
+    Ainv_r = _blocks_times(factor.unit_inv, r_u)  # (nu, 8)
+    rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, _unit_force(Ainv_r, p))
     d = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, -r_e]))
     dv, dle = d[:nv], d[nv:]
-    du = -(Ainv_r + jnp.einsum("cak,ck->ca", factor.AinvB, jnp.einsum("ckn,n->ck", p.J, dv)))
+    du = -(Ainv_r + _blocks_times(factor.AinvB, jnp.einsum("ckn,n->ck", p.J, dv)))
     return _pack(dv, dle, du)
 
 
@@ -270,12 +287,12 @@ def transposed_solve(factor: Factor, p: Problem, b) -> Array:
     p = _constants(p)
     nv = p.M.shape[0]
     b_v, b_e, b_u = _unpack(b, p)
-    Bt_Ainvt_b = jnp.einsum("cak,ca->ck", factor.AinvB, b_u)  # (A^-1 B)^T b_u, (nu, 3)
+    Bt_Ainvt_b = _blocks_transposed_times(factor.AinvB, b_u)  # (A^-1 B)^T b_u, (nu, 3)
     rhs_v = b_v - jnp.einsum("ckn,ck->n", p.J, Bt_Ainvt_b)
     y = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, b_e]), trans=True)
     y_v, y_e = y[:nv], y[nv:]
-    FtJy = jnp.einsum("cka,ck->ca", _force_map(p), jnp.einsum("ckn,n->ck", p.J, y_v))
-    y_u = jnp.einsum("cba,cb->ca", factor.unit_inv, b_u + FtJy)
+    FtJy = _unit_force_transposed(jnp.einsum("ckn,n->ck", p.J, y_v), p)
+    y_u = _blocks_transposed_times(factor.unit_inv, b_u + FtJy)
     return _pack(y_v, y_e, y_u)
 
 
@@ -305,7 +322,7 @@ def _nt_scaling(xi, eta):
         return jnp.concatenate([top[None], jnp.concatenate([sign * w1[:, None], lower], axis=1)])
 
     W, W_inv = b * block(1.0), block(-1.0) / b
-    return W, W_inv, W @ eta
+    return W, W_inv, W[:, 0] * eta[0] + W[:, 1] * eta[1] + W[:, 2] * eta[2]
 
 
 def _lorentz_det(a):
@@ -392,8 +409,8 @@ def _nt_residual(r0, p: Problem, nt: NT, target, du_aff=None):
     r_u = r_u.at[:, 4].set(jnp.where(p.active > 0, r_u[:, 4] - target, r_u[:, 4]))  # gamma s - target
     cone = jax.vmap(_soc_product)(nt.lam, nt.lam) - target * e
     if du_aff is not None:
-        dxi = jnp.einsum("cab,cb->ca", nt.W_inv, du_aff[:, 2:5])
-        deta = jnp.einsum("cab,cb->ca", nt.W, du_aff[:, 5:8])
+        dxi = _blocks_times(nt.W_inv, du_aff[:, 2:5])
+        deta = _blocks_times(nt.W, du_aff[:, 5:8])
         cone = cone + jax.vmap(_soc_product)(dxi, deta)
     use = (p.friction * p.active)[:, None] > 0
     r_u = r_u.at[:, 5:8].set(jnp.where(use, cone, r_u[:, 5:8]))
