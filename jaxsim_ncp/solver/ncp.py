@@ -102,6 +102,7 @@ class Solution(NamedTuple):
     iterations: Array
     converged: Bool[Array, ""]
     residual: Float[Array, ""]  # scaled residual infinity norm at the returned point
+    x: Array  # the solver's variables there (v, equality impulses, unit variables; `solve`'s `solved`)
 
 
 def _constants(p: Problem) -> Problem:
@@ -576,16 +577,21 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
 
 @functools.partial(jax.jit, static_argnames=("kappa", "kappa_grad", "tolerance", "iterations", "early_exit"))
 def solve(
-    p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, early_exit: bool = True, skip=False
+    p: Problem, kappa: float, kappa_grad: float, tolerance: float, iterations: int, early_exit: bool = True, skip=False,
+    solved=None,
 ) -> Solution:
     """Solve the step's NCP at `kappa`; reverse mode differentiates the `kappa_grad` central point.
 
     skip (per world, traced): do not iterate, the result is discarded (a re-linearized pass that a
     world does not need); under vmap the early-exit loop then runs only for the worlds that do.
+    solved: (x, converged, iterations) of an earlier solve of this same problem (`Solution.x`):
+    returned as it is, without iterating, and differentiated like a solve.
     """
 
     def run(theta, start):
-        x0, skip = start
+        x0, skip, status = start
+        if solved is not None:
+            return x0, status
         x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip)
         return x, (done, count)
 
@@ -601,8 +607,9 @@ def solve(
         lambda factor, b: transposed_solve(factor[0], factor[1], b),
         linearization_point=relax,
     )
-    x0 = jax.lax.stop_gradient(initial_point(p))
-    x, (done, count) = solver(p, (x0, jnp.asarray(skip)))
+    x0 = jax.lax.stop_gradient(initial_point(p) if solved is None else solved[0])
+    status = None if solved is None else (solved[1], solved[2])
+    x, (done, count) = solver(p, (x0, jnp.asarray(skip), status))
     v, le, u = _unpack(x, p)
     return Solution(
         qvel=v,
@@ -611,4 +618,5 @@ def solve(
         iterations=count,
         converged=done,
         residual=jax.lax.stop_gradient(scaled_residual(x, p, kappa)),
+        x=jax.lax.stop_gradient(x),
     )
