@@ -259,9 +259,10 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     """Block-reduce and factor the Newton matrix at x; nt (the iterations): cone rows in NT-scaled form."""
     p = _constants(p)
     v, _, u = _unpack(x, p)
-    _, B = unit_jacobians(u, p)
     unit_inv = _unit_inverse(u, p, nt)
-    AinvB = unit_inv[:, :, :3] * jnp.diagonal(B[:, :3], axis1=1, axis2=2)[:, None, :]  # B is diagonal in its first 3 rows, zero below
+    # d r_u / d(J v) (`unit_jacobians`) is diagonal in its first 3 rows and zero below
+    B = jnp.stack([jnp.broadcast_to(-p.h / p.L, p.friction.shape), -p.friction / p.V, -p.friction / p.V], axis=-1)
+    AinvB = unit_inv[:, :, :3] * (B * p.active[:, None])[:, None, :]
     W = _unit_force(AinvB, p)  # (nu, 3, 3): d impulse / d(J v)
     H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
     ne = p.Je.shape[0]
