@@ -172,14 +172,14 @@ def _ncp_solve(model: Model, data: Data) -> Data:
             rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
         return d.contact, rows
 
-    def solve(rows, skip=False, kappa=kappa, step=(mass, momentum, a_ref, h), solved=None):
+    def solve(rows, skip=False, kappa=kappa, step=(mass, momentum, a_ref, h), solved=None, start=None):
         mass, momentum, a_ref, h = step
         problem = ncp.Problem(
             M=mass, momentum=momentum, h=h, J=rows.J, gap=rows.gap, mu=rows.mu, Je=rows.Je, pos_e=rows.pos_e,
             P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
             active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
         )  # fmt: skip
-        sol = ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip, solved)
+        sol = ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip, solved, start)
         return sol._replace(impulse=constraint.expand_units(model, rows, sol.impulse))  # full unit layout
 
     def penetration(rows, qvel_lin):
@@ -206,7 +206,9 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         better = depth < best_depth
         best, best_depth = select(better, last, best), jnp.where(better, depth, best_depth)
         needed = (first | (depth > 1e-5 * length)) & ~judge_only
-        last = select(needed, (solve(rows, skip=~needed, step=frozen[1]), qvel_lin), last)
+        # a re-linearized pass starts from the last pass's solution (`ncp.warm_point`)
+        start = (last[0].qvel, last[0].impulse[rows.index], last[0].impulse_e, ~first)
+        last = select(needed, (solve(rows, skip=~needed, step=frozen[1], start=start), qvel_lin), last)
         return (best, best_depth, last), None
 
     if opt.ncp_passes == 1:

@@ -301,3 +301,33 @@ def test_a_redundant_equality_row_converges_with_bounded_impulses():
     # hangs from its joint and the connect carries (almost) nothing
     assert np.max(np.abs(traj.efc_force[1:])) < 1.0
     assert np.max(np.abs(traj.qvel[5:, :2])) < 1e-5 and np.all(traj.qvel[:, 2] > 1.0)
+
+
+def test_a_warm_start_converges_to_the_cold_solution_and_restarts_cold_when_astray():
+    """`ncp.warm_point` (the re-linearized pass starts from the last pass's solution), on the
+    humanoid foot's step (saved Problem, float64): from the solution of the same step with 2% less
+    momentum it reaches the cold start's solution; from impulses 50x too large and reversed it
+    still does (after `_WARM_RESTART` iterations it starts again cold); `use` False is the cold solve."""
+    from jaxsim_ncp.solver import ncp
+
+    saved = np.load(pathlib.Path(__file__).parent / "data" / "ncp_humanoid_fixed_point.npz")
+    p = ncp.Problem(**{k: jnp.asarray(saved[k]) for k in ncp.Problem._fields})
+    kappa = 1.1920929e-05
+    solve = jax.jit(lambda p, start: ncp.solve(p, kappa, kappa, 1e-10, 30, start=start))
+    near = ncp.solve(p._replace(momentum=0.98 * p.momentum), kappa, kappa, 1e-10, 30)
+    starts = {
+        "near": (near.qvel, near.impulse, near.impulse_e, True),
+        "astray": (near.qvel, -50.0 * near.impulse, near.impulse_e, True),
+        "unused": (near.qvel, near.impulse, near.impulse_e, False),
+    }
+    cold = ncp.solve(p, kappa, kappa, 1e-10, 30)
+    assert cold.converged
+    for name, start in starts.items():
+        warm = solve(p, start)
+        assert warm.converged, name
+        np.testing.assert_allclose(warm.qvel, cold.qvel, rtol=1e-7, atol=1e-9, err_msg=name)
+        if name == "astray":  # converged only after the cold restart
+            assert int(warm.iterations) > ncp._WARM_RESTART, int(warm.iterations)
+    unused = solve(p, starts["unused"])  # the same iterates (another program: round-off aside)
+    assert int(unused.iterations) == int(cold.iterations)
+    np.testing.assert_allclose(unused.qvel, cold.qvel, rtol=1e-10, atol=1e-12)
