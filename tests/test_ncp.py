@@ -326,8 +326,11 @@ def test_a_warm_start_converges_to_the_cold_solution_and_restarts_cold_when_astr
         warm = solve(p, start)
         assert warm.converged, name
         np.testing.assert_allclose(warm.qvel, cold.qvel, rtol=1e-7, atol=1e-9, err_msg=name)
-        if name == "astray":  # converged only after the cold restart
+        if name == "astray":  # converged only after the cold restart; the fixed-count scan agrees
             assert int(warm.iterations) > ncp._WARM_RESTART, int(warm.iterations)
+            scanned = ncp.solve(p, kappa, kappa, 1e-10, 30, early_exit=False, start=start)
+            assert int(scanned.iterations) == int(warm.iterations)
+            np.testing.assert_allclose(scanned.qvel, warm.qvel, rtol=1e-12, atol=1e-14)
     unused = solve(p, starts["unused"])  # the same iterates (another program: round-off aside)
     assert int(unused.iterations) == int(cold.iterations)
     np.testing.assert_allclose(unused.qvel, cold.qvel, rtol=1e-10, atol=1e-12)

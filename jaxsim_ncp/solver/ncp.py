@@ -47,6 +47,11 @@ means every row of the residual is below `tolerance` relative to its terms
 (per-world mask), so the solver vmaps; the loop stops when every world is done
 (`ncp_early_exit`, default) or runs the full count in a `lax.scan` (identical results).
 
+A solve may start from a nearby problem's solution (`warm_point`: the re-linearized passes of
+`forward._ncp_solve` start from the last pass's), centred at complementarity 0.1 and restarted
+cold after `_WARM_RESTART` iterations if it has not converged; warm starts across time steps
+were tried and left out (fewer iterations on average, but more unconverged humanoid steps).
+
 Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a few pure
 Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
 point is differentiated with the implicit function theorem, reusing the same block
@@ -479,12 +484,8 @@ def initial_point(p: Problem):
 
 
 def _jordan_inverse(a, scale):
-    """scale a^-1 in the second-order cone's Jordan algebra: scale (a0, -a_t) / (a0^2 - |a_t|^2)."""
-    return scale * jnp.concatenate([a[:, :1], -a[:, 1:]], axis=1) / _lorentz_det_rows(a)[:, None]
-
-
-def _lorentz_det_rows(a):
-    return a[:, 0] ** 2 - jnp.sum(a[:, 1:] ** 2, axis=1)
+    """scale a^-1 per row in the second-order cone's Jordan algebra: scale (a0, -a_t) / (a0^2 - |a_t|^2)."""
+    return scale * jnp.concatenate([a[:, :1], -a[:, 1:]], axis=1) / jax.vmap(_lorentz_det)(a)[:, None]
 
 
 def warm_point(p: Problem, v, impulse, impulse_e, mu0: float = 0.1):
