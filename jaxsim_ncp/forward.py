@@ -194,27 +194,27 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     # gradients, and the kept pass is differentiated once, its rows evaluated again (Table V humanoid,
     # forward + gradient: 1.18 -> 1.02 ms per step, its compile 30 -> 20 s: reverse mode had relaxed,
     # factored and back-substituted the solves of all three rounds)
-    frozen = jax.lax.stop_gradient((data, (mass, momentum, a_ref, h)))
+    frozen_data, frozen_step = jax.lax.stop_gradient((data, (mass, momentum, a_ref, h)))
 
     def one_pass(carry, flags):
         """Judge the last pass at its new configuration; solve again, re-linearized there, if it penetrates."""
         first, judge_only = flags
         best, best_depth, last = carry
         qvel_lin = jnp.where(first, 0.0, last[0].qvel)
-        contact, rows = rows_at(qvel_lin, frozen[0])
+        contact, rows = rows_at(qvel_lin, frozen_data)
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
         better = depth < best_depth
         best, best_depth = select(better, last, best), jnp.where(better, depth, best_depth)
         needed = (first | (depth > 1e-5 * length)) & ~judge_only
         # a re-linearized pass starts from the last pass's solution (`ncp.warm_point`)
         start = (last[0].qvel, last[0].impulse[rows.index], last[0].impulse_e, ~first)
-        last = select(needed, (solve(rows, skip=~needed, step=frozen[1], start=start), qvel_lin), last)
+        last = select(needed, (solve(rows, skip=~needed, step=frozen_step, start=start), qvel_lin), last)
         return (best, best_depth, last), None
 
     if opt.ncp_passes == 1:
         contact, rows = rows_at()
         sol = solve(rows)
-    else:  # the passes, then a round that only judges the last one (one traced collision for all)
+    else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
         empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel)))
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))

@@ -25,7 +25,6 @@ and the loops are never differentiated.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -229,30 +228,22 @@ def _lu_factor_unpivoted(a):
     return _rows_loop(n, eliminate, a)
 
 
-class SolveFactor(NamedTuple):
-    """`factor_for_solves`: L and U packed, and the row order (a[perm] = L U)."""
-
-    lu: Array
-    perm: Array
-
-
-def factor_for_solves(a: Float[Array, "n n"]) -> SolveFactor:
-    """LU for `solve_with`: on the CPU without pivoting (`_lu_factor_unpivoted`), elsewhere XLA's
-    (cuBLAS batched getrf on GPUs).
+def factor_for_solves(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
+    """(lu, perm) as `lu_factor`, for `solve_with`: on the CPU without pivoting
+    (`_lu_factor_unpivoted`; perm the identity), elsewhere XLA's (cuBLAS batched getrf on GPUs).
 
     Meant for matrices whose leading blocks stay well away from singular (the NCP's reduced Newton
     matrix: the mass matrix plus contact terms, the equality rows last). Humanoid NCP iteration
     (2-core CPU, float32), against `lu_factor` / `lu_solve`: 92 -> 62 us (1 world), 956 -> 670 us
-    (16 worlds) together with the NCP's own changes of the same commit, at the same iteration
-    counts. (An explicit inverse was as fast but, not backward stable, left 79 of 50 000 humanoid
-    steps unconverged against 53, even with two refinement steps.)
+    (16 worlds) together with the NCP's residual reuse and unit-block products, at the same
+    iteration counts. (An explicit inverse was as fast but, not backward stable, left 79 of
+    50 000 humanoid steps unconverged against 53, even with two refinement steps.)
     """
     a = jnp.asarray(a)
     n = a.shape[-1]
-    lu, perm = jax.lax.platform_dependent(
+    return jax.lax.platform_dependent(
         a, cpu=lambda a: (_lu_factor_unpivoted(a), jnp.arange(n, dtype=jnp.int32)), default=_lu_factor_native
     )
-    return SolveFactor(lu, perm)
 
 
 def _substitute_by_columns(t, b, lower: bool, unit_diagonal: bool, columns: bool = True):
@@ -282,10 +273,11 @@ def _lu_solve_unpivoted(lu, b, trans: bool):
     return _substitute_by_columns(lu, y, lower=False, unit_diagonal=True, columns=False)
 
 
-def solve_with(factor: SolveFactor, b: Float[Array, " n"], trans: bool = False) -> Float[Array, " n"]:
-    """a^-1 b (trans: a^-T b) from `factor_for_solves` (b a vector)."""
+def solve_with(factor, b: Float[Array, " n"], trans: bool = False) -> Float[Array, " n"]:
+    """a^-1 b (trans: a^-T b) from `factor_for_solves`'s (lu, perm) (b a vector)."""
+    lu, perm = factor
     return jax.lax.platform_dependent(
-        factor.lu, factor.perm, jnp.asarray(b),
+        lu, perm, jnp.asarray(b),
         cpu=lambda lu, perm, b: _lu_solve_unpivoted(lu, b, trans),
         default=functools.partial(_lu_solve_native, trans=trans),
     )  # fmt: skip

@@ -156,9 +156,14 @@ def unit_jacobians(u, p: Problem):
     friction = p.friction[:, None, None] > 0
     A = jnp.where(friction, cone, fixed)
     A = jnp.where(p.active[:, None, None] > 0, A, jnp.eye(NU, dtype=u.dtype))
-    B = jnp.zeros((n, NU, 3), u.dtype).at[:, 0, 0].set(-p.h / p.L)
-    B = B.at[:, 1, 1].set(-p.friction / p.V).at[:, 2, 2].set(-p.friction / p.V)
-    return A, B * p.active[:, None, None]
+    B = jnp.zeros((n, NU, 3), u.dtype).at[:, :3, :3].set(jax.vmap(jnp.diag)(_velocity_coefficients(p)))
+    return A, B
+
+
+def _velocity_coefficients(p: Problem):
+    """(nu, 3): d r_u / d(J v) is diagonal in its first 3 rows (gap and tangential-velocity rows)
+    and zero below: -h / L, -friction / V, -friction / V, zero where inactive."""
+    return jnp.stack([jnp.broadcast_to(-p.h / p.L, p.friction.shape), -p.friction / p.V, -p.friction / p.V], axis=-1) * p.active[:, None]
 
 
 def _unit_force(u, p: Problem):
@@ -216,7 +221,7 @@ class Factor(NamedTuple):
 
     unit_inv: Array  # (nu, 8, 8): A^-1, A = d r_u / d u (cone rows in NT form during the iterations)
     AinvB: Array  # (nu, 8, 3): A^-1 d r_u / d(J v)
-    system: linalg.SolveFactor  # LU of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, delta I]]
+    system: tuple  # linalg.factor_for_solves of [[M + sum J^T F A^-1 B J, -Je^T Pe], [h Je / L, delta I]]
 
 
 def _arrow_inv(a):
@@ -266,9 +271,7 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     p = _constants(p)
     v, _, u = _unpack(x, p)
     unit_inv = _unit_inverse(u, p, nt)
-    # d r_u / d(J v) (`unit_jacobians`) is diagonal in its first 3 rows and zero below
-    B = jnp.stack([jnp.broadcast_to(-p.h / p.L, p.friction.shape), -p.friction / p.V, -p.friction / p.V], axis=-1)
-    AinvB = unit_inv[:, :, :3] * (B * p.active[:, None])[:, None, :]
+    AinvB = unit_inv[:, :, :3] * _velocity_coefficients(p)[:, None, :]
     W = _unit_force(AinvB, p)  # (nu, 3, 3): d impulse / d(J v)
     H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
     ne = p.Je.shape[0]
