@@ -319,7 +319,7 @@ MPC_SECTIONS = ("task", "episodes", "gradient", "sampling")
 TASK_DEFAULTS = {"name": "pusher", "reach_weight": 0.1, "ctrl_weight": 1e-3, "overrides": {}}
 EPISODE_DEFAULTS = {"count": 20, "steps": 100, "replan_every": 2, "seed": 0, "video": True}
 GRADIENT_DEFAULTS = {"horizon": 20, "iterations": 8, "learning_rate": 0.2, "clip_norm": 1.0, "cfd_width": [0.0],
-                     "cfd_pairs": [], "optimizer": "adam"}  # fmt: skip
+                     "cfd_pairs": [], "optimizer": "adam", "line_search": [], "knots": 0}  # fmt: skip
 SAMPLING_DEFAULTS = {"horizon": 20, "num_samples": "equal_time", "noise_scale": 0.3, "noise": "smooth"}
 
 
@@ -333,7 +333,10 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
     from .cfd import CFD, pair_mask
     from .control import GradientMPC
 
-    lr, size = grad_cfg["learning_rate"], grad_cfg["horizon"] * task.model.nu
+    knots = grad_cfg["knots"]
+    if not isinstance(knots, int) or not (knots == 0 or 2 <= knots <= grad_cfg["horizon"]):
+        raise ConfigError(f"[gradient] knots must be 0 (every step free) or an integer from 2 to the horizon, got {knots!r}")
+    lr, size = grad_cfg["learning_rate"], (knots or grad_cfg["horizon"]) * task.model.nu
     optimizers = {"adam": optax.adam(lr), "normalized": optax.normalize_by_update_norm(scale_factor=-lr * size**0.5)}
     if grad_cfg["optimizer"] not in optimizers:
         raise ConfigError(f"[gradient] optimizer must be one of {', '.join(optimizers)}, got {grad_cfg['optimizer']!r}")
@@ -345,9 +348,14 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
         pair_mask(pairs, task.model.topology.geom_names)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"[gradient] cfd_width / cfd_pairs: {err}") from err
+    scales = grad_cfg["line_search"]
+    if not isinstance(scales, list) or not all(isinstance(s, (int, float)) and s > 0 for s in scales):
+        raise ConfigError(f"[gradient] line_search must be a list of positive update scales, got {scales!r}")
     return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
         task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], optimizer=optimizers[grad_cfg["optimizer"]],
-        clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w]) for w in widths}  # fmt: skip
+        clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w], line_search=tuple(map(float, scales)) or None,
+        knots=knots or None)
+        for w in widths}  # fmt: skip
 
 
 def _sampling_planner(task, samp_cfg: dict, reference, states, keys):

@@ -73,3 +73,32 @@ def test_sysid_fit_recovers_a_masked_subset_of_a_leaf_from_mujoco_recordings():
     np.testing.assert_allclose(fitted[mask], truth[mask], rtol=0.01)
     assert result.loss_history[result.best_iteration] < 1e-2 * result.loss_history[0]
     assert result.nonfinite_grads == 0
+
+
+def test_line_search_over_knots_moves_to_the_cheapest_scaled_update():
+    """GradientMPC(knots=3, line_search=...): one iteration evaluates the warm start and the
+    optimizer's update at every scale, and returns the cheapest of them (recomputed here) as a
+    linear interpolation of the 3 knots inside the control bounds. The optimizer's update is a
+    fixed direction here, so the check needs no gradient (CFD's is checked above)."""
+    import optax
+
+    task = make_task("pusher")
+    start = task.sample_start(jax.random.PRNGKey(1))
+    start = start.replace(qpos=start.qpos.at[:4].set(jnp.array([0.02, 0.0, 0.1, 0.02])))  # finger at the box
+    direction = jnp.array([[0.4, -0.2], [-0.3, 0.5], [0.6, 0.1]])
+    fixed = optax.GradientTransformation(lambda x: optax.EmptyState(), lambda g, state, x=None: (direction, state))
+    scales = (0.5, 1.0, 2.0)
+    planner = GradientMPC(task, horizon=5, iterations=1, optimizer=fixed, clip_norm=None, knots=3, line_search=scales)
+    weights = planner.knot_weights()
+    np.testing.assert_allclose(weights.sum(1), 1.0)
+    np.testing.assert_allclose(GradientMPC(task, horizon=5, knots=5).knot_weights(), np.eye(5))
+    warm = jnp.array([[0.9, 0.1], [0.5, 0.0], [0.8, -0.3], [0.2, 0.9], [0.6, 0.6]])  # knots at steps 0, 2, 4
+    state, cost = jax.jit(planner.plan)(planner.init(jax.random.PRNGKey(0))._replace(plan=warm), start)
+
+    candidates = jnp.stack([warm[::2]] + [jnp.clip(warm[::2] + s * direction, -1.0, 1.0) for s in scales])
+    costs = jax.jit(jax.vmap(lambda x: plan_cost(task, task.model, start, weights @ x)))(candidates)
+    assert float(jnp.max(costs) - jnp.min(costs)) > 1e-6  # the scales differ: the choice is not a tie
+    np.testing.assert_allclose(float(cost), float(jnp.min(costs)), rtol=1e-12)
+    np.testing.assert_allclose(state.plan, weights @ candidates[int(jnp.argmin(costs))], rtol=1e-12)
+    assert int(jnp.argmin(costs)) == 3  # the largest step, clipped to the control bounds, is the cheapest
+    assert float(jnp.max(jnp.abs(state.plan))) == 1.0

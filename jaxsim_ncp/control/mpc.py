@@ -13,6 +13,7 @@ from typing import NamedTuple
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jaxtyping import Array
 
@@ -33,7 +34,11 @@ class GradientMPC:
     planning step; optimizer: any optax transformation (default `optax.adam(learning_rate)`);
     clip_norm: global-norm clipping of the plan gradient (None: off); cfd: a `jsn.CFD` used by
     the planning model only (the forward pass, hence the executed motion, is unchanged);
-    tie_rtol: an iterate whose cost is within this relative amount of the best replaces it."""
+    tie_rtol: an iterate whose cost is within this relative amount of the best replaces it;
+    line_search: scales of the optimizer's update tried in parallel at each iteration (vmapped
+    rollouts of the task's own model, no gradient), the cheapest taken (None: the update as is);
+    knots: plans are the linear interpolation of this many knots, and the optimizer moves the
+    knots (None: every step's control is free)."""
 
     task: Task
     horizon: int = 30
@@ -43,6 +48,8 @@ class GradientMPC:
     clip_norm: float | None = 1.0
     cfd: CFD | None = None
     tie_rtol: float = 1e-4
+    line_search: tuple[float, ...] | None = None
+    knots: int | None = None
 
     @property
     def model(self) -> Model:
@@ -62,28 +69,50 @@ class GradientMPC:
     def advance(self, state: MPCState, k: int = 1) -> MPCState:
         return state._replace(plan=shift(state.plan, k))
 
+    def knot_weights(self) -> np.ndarray | None:
+        """(H, knots): linear interpolation of the knots (evenly spaced over the horizon, the
+        first at step 0, the last at step H - 1) to per-step controls; None without knots."""
+        if self.knots is None:
+            return None
+        where = np.linspace(0.0, self.knots - 1, self.horizon)
+        return np.maximum(0.0, 1.0 - np.abs(where[:, None] - np.arange(self.knots)[None, :]))
+
     def plan(self, state: MPCState, data: Data) -> tuple[MPCState, Array]:
         """`iterations` projected optimizer steps from the warm-start plan; returns the best
-        plan seen (by its evaluated cost; the latest among equals) and that cost."""
-        model, opt = self.model, self._optimizer()
-        cost_and_grad = jax.value_and_grad(lambda p: plan_cost(self.task, model, data, p))
+        plan seen (by its evaluated cost; the latest among equals) and that cost.
 
-        def iterate(carry, _):
-            plan, opt_state, best_plan, best_cost = carry
-            cost, grad = cost_and_grad(plan)
-            grad = jnp.where(jnp.isfinite(grad), grad, 0.0)
+        With `knots` the optimizer moves the knots (the warm-start plan sampled at the knot
+        steps) and plans are their interpolation; with `line_search` each step tries the
+        update at every scale (rollouts without gradient, in parallel) and moves to the cheapest."""
+        model, opt, weights = self.model, self._optimizer(), self.knot_weights()
+        dtype = state.plan.dtype
+        to_plan = (lambda x: x) if weights is None else (lambda x: jnp.asarray(weights, dtype) @ x)
+        cost_and_grad = jax.value_and_grad(lambda x: plan_cost(self.task, model, data, to_plan(x)))
+        trial_costs = jax.vmap(lambda x: plan_cost(self.task, self.task.model, data, to_plan(x)))
+        scales = jnp.asarray(self.line_search or (), dtype)
+
+        def keep_best(x, cost, best):
             # ties (within round-off) go to the later iterate: where the simulated cost is flat (no contact
             # yet) the plan still moves along its (CFD) gradient instead of staying at the warm start
-            better = cost <= best_cost + self.tie_rtol * jnp.abs(best_cost)
-            best_plan = jnp.where(better, plan, best_plan)
-            best_cost = jnp.where(better, cost, best_cost)
-            updates, opt_state = opt.update(grad, opt_state, plan)
-            plan = clip_plan(model, optax.apply_updates(plan, updates))
-            return (plan, opt_state, best_plan, best_cost), cost
+            better = cost <= best[1] + self.tie_rtol * jnp.abs(best[1])
+            return jax.tree.map(lambda new, old: jnp.where(better, new, old), (x, cost), best)
+
+        def iterate(carry, _):
+            x, opt_state, best = carry
+            cost, grad = cost_and_grad(x)
+            best = keep_best(x, cost, best)
+            updates, opt_state = opt.update(jnp.where(jnp.isfinite(grad), grad, 0.0), opt_state, x)
+            if not self.line_search:
+                return (clip_plan(model, optax.apply_updates(x, updates)), opt_state, best), cost
+            trials = clip_plan(model, x[None] + scales[:, None, None] * updates[None])
+            costs = trial_costs(trials)
+            i = jnp.argmin(costs)
+            return (trials[i], opt_state, keep_best(trials[i], costs[i], best)), cost
 
         plan0 = clip_plan(model, state.plan)
-        inf = jnp.asarray(jnp.inf, plan0.dtype)
-        (_, _, best_plan, best_cost), _ = jax.lax.scan(
-            iterate, (plan0, opt.init(plan0), plan0, inf), None, length=self.iterations
+        x0 = plan0 if weights is None else plan0[np.round(np.linspace(0, self.horizon - 1, self.knots)).astype(int)]
+        inf = jnp.asarray(jnp.inf, dtype)
+        (_, _, (best_x, best_cost)), _ = jax.lax.scan(
+            iterate, (x0, opt.init(x0), (x0, inf)), None, length=self.iterations
         )
-        return state._replace(plan=best_plan), best_cost
+        return state._replace(plan=to_plan(best_x)), best_cost
