@@ -333,9 +333,7 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
     from .cfd import CFD, pair_mask
     from .control import GradientMPC
 
-    knots = grad_cfg["knots"]
-    if not isinstance(knots, int) or not (knots == 0 or 2 <= knots <= grad_cfg["horizon"]):
-        raise ConfigError(f"[gradient] knots must be 0 (every step free) or an integer from 2 to the horizon, got {knots!r}")
+    knots, scales = grad_cfg["knots"] or None, grad_cfg["line_search"]  # knots = 0: every step free
     lr, size = grad_cfg["learning_rate"], (knots or grad_cfg["horizon"]) * task.model.nu
     optimizers = {"adam": optax.adam(lr), "normalized": optax.normalize_by_update_norm(scale_factor=-lr * size**0.5)}
     if grad_cfg["optimizer"] not in optimizers:
@@ -348,14 +346,13 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
         pair_mask(pairs, task.model.topology.geom_names)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"[gradient] cfd_width / cfd_pairs: {err}") from err
-    scales = grad_cfg["line_search"]
-    if not isinstance(scales, list) or not all(isinstance(s, (int, float)) and s > 0 for s in scales):
-        raise ConfigError(f"[gradient] line_search must be a list of positive update scales, got {scales!r}")
-    return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
-        task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], optimizer=optimizers[grad_cfg["optimizer"]],
-        clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w], line_search=tuple(map(float, scales)) or None,
-        knots=knots or None)
-        for w in widths}  # fmt: skip
+    try:
+        return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
+            task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], optimizer=optimizers[grad_cfg["optimizer"]],
+            clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w], line_search=scales or None, knots=knots)
+            for w in widths}  # fmt: skip
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"[gradient] {err}") from err
 
 
 def _sampling_planner(task, samp_cfg: dict, reference, states, keys):

@@ -110,9 +110,10 @@ def test_bench_cli_compares_with_mjx(tmp_path, capsys):
         (["mpc", "{tmp}/c.toml"], "[task\n", "not valid TOML"),
         (["mpc", "{tmp}/c.toml"], MPC.replace("cfd_width = [0.0]", 'cfd_width = [0.3]\ncfd_pairs = [["finger", "puck"]]'),
          "no geom named 'puck'"),
-        (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", "iterations = 2\nknots = 9"), "[gradient] knots must be"),
-        (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", "iterations = 2\nline_search = [1, -2]"),
-         "[gradient] line_search must be a list of positive"),
+        (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", "iterations = 2\nknots = 9"),
+         "[gradient] knots must be None or an integer from 2 to the horizon (4)"),
+        (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", "iterations = 2\nline_search = 0.5"),
+         "[gradient] line_search must be a list of positive scales"),
         (["simulate", "{tmp}/bad.xml"], "<mujoco><worldbody><geom type='sphere'/></worldbody>", "bad.xml"),
     ],
 )

@@ -48,8 +48,16 @@ class GradientMPC:
     clip_norm: float | None = 1.0
     cfd: CFD | None = None
     tie_rtol: float = 1e-4
-    line_search: tuple[float, ...] | None = None
+    line_search: tuple[float, ...] | list[float] | None = None
     knots: int | None = None
+
+    def __post_init__(self):
+        knots, scales = self.knots, self.line_search
+        if knots is not None and not (isinstance(knots, int) and 2 <= knots <= self.horizon):
+            raise ValueError(f"knots must be None or an integer from 2 to the horizon ({self.horizon}), got {knots!r}")
+        positive = isinstance(scales, (tuple, list)) and all(isinstance(s, (int, float)) and s > 0 for s in scales)
+        if scales is not None and not positive:
+            raise ValueError(f"line_search must be a list of positive scales of the update, got {scales!r}")
 
     @property
     def model(self) -> Model:
