@@ -2,8 +2,10 @@
 simulator (optax; Adam by default), with global-norm gradient clipping, control bounds by
 projection, the best iterate kept (the landscape is non-convex: contact switches it), warm
 start by shifting the previous plan, and optional contacts from distance (`cfd`) so plans
-that do not touch the object yet still get a gradient. One `plan` call is one jittable,
-vmappable planning step."""
+that do not touch the object yet still get a gradient. Optionally the plan is a linear
+interpolation of a few knots (`knots`: the optimizer moves the whole stroke) and each
+update is line-searched over a few scales by parallel rollouts (`line_search`). One `plan`
+call is one jittable, vmappable planning step."""
 
 from __future__ import annotations
 
