@@ -9,6 +9,7 @@ Configs are checked up front: an unknown key, a missing model file or a bad valu
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import pathlib
 import time
@@ -333,12 +334,6 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
     from .cfd import CFD, pair_mask
     from .control import GradientMPC
 
-    knots, scales = grad_cfg["knots"] or None, grad_cfg["line_search"]  # knots = 0: every step free
-    lr, size = grad_cfg["learning_rate"], (knots or grad_cfg["horizon"]) * task.model.nu
-    optimizers = {"adam": optax.adam(lr), "normalized": optax.normalize_by_update_norm(scale_factor=-lr * size**0.5)}
-    if grad_cfg["optimizer"] not in optimizers:
-        raise ConfigError(f"[gradient] optimizer must be one of {', '.join(optimizers)}, got {grad_cfg['optimizer']!r}")
-
     widths = grad_cfg["cfd_width"] if isinstance(grad_cfg["cfd_width"], list) else [grad_cfg["cfd_width"]]
     pairs = tuple(tuple(p) for p in grad_cfg["cfd_pairs"]) or None  # [] (default): every geom pair
     try:
@@ -346,13 +341,20 @@ def _gradient_planners(task, grad_cfg: dict) -> dict:
         pair_mask(pairs, task.model.topology.geom_names)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"[gradient] cfd_width / cfd_pairs: {err}") from err
-    try:
-        return {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
-            task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"], optimizer=optimizers[grad_cfg["optimizer"]],
-            clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w], line_search=scales or None, knots=knots)
+    try:  # GradientMPC checks knots (0: every step free) and line_search before they are used below
+        planners = {("gradient" if w == 0 else f"gradient+cfd{w:g}"): GradientMPC(
+            task, horizon=grad_cfg["horizon"], iterations=grad_cfg["iterations"],
+            clip_norm=grad_cfg["clip_norm"] or None, cfd=cfds[w], line_search=grad_cfg["line_search"] or None,
+            knots=grad_cfg["knots"] or None)
             for w in widths}  # fmt: skip
     except (TypeError, ValueError) as err:
         raise ConfigError(f"[gradient] {err}") from err
+
+    lr, size = grad_cfg["learning_rate"], (grad_cfg["knots"] or grad_cfg["horizon"]) * task.model.nu  # free controls
+    optimizers = {"adam": optax.adam(lr), "normalized": optax.normalize_by_update_norm(scale_factor=-lr * size**0.5)}
+    if grad_cfg["optimizer"] not in optimizers:
+        raise ConfigError(f"[gradient] optimizer must be one of {', '.join(optimizers)}, got {grad_cfg['optimizer']!r}")
+    return {name: dataclasses.replace(p, optimizer=optimizers[grad_cfg["optimizer"]]) for name, p in planners.items()}
 
 
 def _sampling(task, samp_cfg: dict, n: int):

@@ -112,6 +112,8 @@ def test_bench_cli_compares_with_mjx(tmp_path, capsys):
          "no geom named 'puck'"),
         (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", "iterations = 2\nknots = 9"),
          "[gradient] knots must be None or an integer from 2 to the horizon (4)"),
+        (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", 'iterations = 2\nknots = "3"'),
+         "[gradient] knots must be None or an integer from 2 to the horizon (4), got '3'"),
         (["mpc", "{tmp}/c.toml"], MPC.replace("iterations = 2", "iterations = 2\nline_search = 0.5"),
          "[gradient] line_search must be a list of positive scales"),
         (["simulate", "{tmp}/bad.xml"], "<mujoco><worldbody><geom type='sphere'/></worldbody>", "bad.xml"),
