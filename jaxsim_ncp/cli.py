@@ -127,10 +127,13 @@ def main(argv: list[str] | None = None) -> None:
         p.add_argument("config", help="TOML config file")
         p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
 
-    bench = sub.add_parser("bench", help="steps/s and compile time vs batch, side by side with MJX")
+    bench = sub.add_parser("bench", help="steps/s and compile time vs batch, gradient time and memory vs horizon, "
+                                         "side by side with MJX")
     bench.add_argument("--models", nargs="+", default=["cube", "humanoid"])
-    bench.add_argument("--batch", type=int, nargs="+", default=[1, 64, 1024])
+    bench.add_argument("--batch", type=int, nargs="*", default=[1, 64, 1024], help="forward part (none: skip it)")
     bench.add_argument("--steps", type=int, default=100)
+    bench.add_argument("--horizons", type=int, nargs="*", default=[10, 100, 1000],
+                       help="gradient part: rollout horizons (none: skip the part)")
     bench.add_argument("--no-mjx", action="store_true", help="skip the MJX comparison")
     bench.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
     args = parser.parse_args(argv)
@@ -149,7 +152,10 @@ def main(argv: list[str] | None = None) -> None:
             getattr(workflows, args.command)(config, out)
         elif args.command == "bench":
             out = _run_folder(args, "bench")
-            workflows.bench(args.models, args.batch, args.steps, out, mjx=not args.no_mjx)
+            if args.batch:
+                workflows.bench(args.models, args.batch, args.steps, out, mjx=not args.no_mjx)
+            if args.horizons:
+                workflows.bench_gradient(args.models, args.horizons, out, mjx=not args.no_mjx)
         if args.command != "demo":
             print(f"outputs in {out}")
     except (workflows.ConfigError, MJCFError, UnsupportedFeatureError, FileNotFoundError) as err:

@@ -357,17 +357,24 @@ def step(model: Model, data: Data) -> Data:
 
 
 @linalg.full_precision
-def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int = False) -> tuple[Data, Data]:
+def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int | str = False) -> tuple[Data, Data]:
     """Apply ctrl[t] and step, for t = 0..T-1 (lax.scan). Returns (final, traj).
 
     traj is a Data with a leading T axis: traj[t] is the Data returned by the t-th step.
     checkpoint=True rematerializes each step in the backward pass (memory O(T) states,
     not O(T) full Data); checkpoint=k (int > 1) also scans in checkpointed chunks of k
-    steps, so reverse mode stores only T/k carries plus one chunk.
+    steps, so reverse mode stores only T/k carries plus the k of the chunk being
+    differentiated; checkpoint="sqrt" takes k = ceil(sqrt(T)), which minimizes T/k + k:
+    memory O(sqrt T) states for one more forward pass (each step runs twice before its
+    backward pass instead of once).
     """
     ctrl = jnp.asarray(ctrl, dtype=data.ctrl.dtype)
     if ctrl.ndim != 2 or ctrl.shape[1] != model.nu:
         raise ValueError(f"ctrl must have shape (T, nu={model.nu}), got {ctrl.shape}")
+    if checkpoint == "sqrt":
+        checkpoint = max(1, int(np.ceil(np.sqrt(ctrl.shape[0]))))
+    elif isinstance(checkpoint, str) or not (isinstance(checkpoint, (bool, int, np.integer)) and checkpoint >= 0):
+        raise ValueError(f"checkpoint must be False, True, a chunk length k >= 1 or 'sqrt', got {checkpoint!r}")
 
     def body(d, u):
         d = step(model, d.replace(ctrl=u))

@@ -494,6 +494,96 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
     return rows
 
 
+CHECKPOINTS = (False, True, "sqrt")  # rollout(checkpoint=...) settings the gradient benchmark compares
+
+
+def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mjx: bool = True,
+                   checkpoints=CHECKPOINTS) -> list[dict]:  # fmt: skip
+    """Reverse-mode gradient of a T-step rollout vs the horizon T, side by side with MJX: compile
+    time, seconds per gradient and peak memory, as XLA's estimate for the compiled program
+    (arguments + outputs + temporaries, `memory_analysis()`: deterministic, unlike RSS). Ours runs
+    with each `rollout(checkpoint=...)` of `checkpoints`, MJX with plain reverse mode through its scan.
+
+    Loss (both): sum(qpos_T^2) + mean_t(qvel_t^2), differentiated w.r.t. the initial qvel and the
+    controls (T, nu), from the model's initial state with fixed random controls. Both simulators
+    run at opt.iterations = 1, the only setting at which MJX's solver is reverse-differentiable
+    (it runs a while_loop above 1). Writes bench_gradient.csv and bench_gradient.png.
+    """
+    import mujoco
+
+    from .forward import rollout
+    from .io import from_mujoco
+    from .types import make_data
+
+    rows = []
+    for name in models:
+        mj = mujoco.MjModel.from_xml_path(resolve_model(name))
+        mj.opt.iterations = 1
+        model = from_mujoco(mj)
+        data = make_data(model)
+        rng = np.random.default_rng(0)
+        configs = [(f"ours checkpoint={c}", _rollout_loss(lambda d, u, c=c: rollout(model, d, u, checkpoint=c), data))
+                   for c in checkpoints]  # fmt: skip
+        if mjx:
+            configs.append(("mjx", _mjx_loss(mj)))
+        for horizon in horizons:
+            ctrl = jnp.asarray(rng.uniform(-0.3, 0.3, (horizon, model.nu)), model.dtype)
+            for label, loss in configs:
+                grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+                begin = time.perf_counter()
+                compiled = grad.lower(data.qvel, ctrl).compile()
+                row = {"model": name, "horizon": horizon, "config": label, "compile_s": time.perf_counter() - begin}
+                jax.block_until_ready(compiled(data.qvel, ctrl))
+                begin = time.perf_counter()
+                jax.block_until_ready(compiled(data.qvel, ctrl))
+                row["grad_s"] = time.perf_counter() - begin
+                memory = compiled.memory_analysis()
+                row["peak_mb"] = (memory.argument_size_in_bytes + memory.output_size_in_bytes
+                                  + memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 1e6  # fmt: skip
+                print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+                rows.append(row)
+    _write_csv(out / "bench_gradient.csv", list(rows[0]), ([*r.values()] for r in rows))
+    plt = _pyplot()
+    fig, axes = plt.subplots(len(models), 2, figsize=(10, 3.5 * len(models)), squeeze=False)
+    for (mem_ax, time_ax), name in zip(axes, models):
+        for label in dict.fromkeys(r["config"] for r in rows):
+            mine = [r for r in rows if r["model"] == name and r["config"] == label]
+            x = [r["horizon"] for r in mine]
+            mem_ax.loglog(x, [r["peak_mb"] for r in mine], "o-", label=label)
+            time_ax.loglog(x, [r["grad_s"] for r in mine], "o-", label=label)
+        mem_ax.set(xlabel="horizon T [steps]", ylabel="peak memory (XLA) [MB]", title=f"{name}: gradient memory")
+        time_ax.set(xlabel="horizon T [steps]", ylabel="seconds per gradient", title=f"{name}: gradient time")
+        mem_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "bench_gradient.png", dpi=100)
+    plt.close(fig)
+    return rows
+
+
+def _rollout_loss(run, data):
+    def loss(qvel, ctrl):
+        final, traj = run(data.replace(qvel=qvel), ctrl)
+        return jnp.sum(final.qpos**2) + jnp.mean(traj.qvel**2)
+
+    return loss
+
+
+def _mjx_loss(mj):
+    from mujoco import mjx
+
+    mx = mjx.put_model(mj)
+    d0 = mjx.make_data(mx)
+
+    def run(d, ctrl):
+        def body(d, u):
+            d = mjx.step(mx, d.replace(ctrl=u.astype(d.ctrl.dtype)))
+            return d, d
+
+        return jax.lax.scan(body, d, ctrl)
+
+    return _rollout_loss(run, d0)
+
+
 def _time(fn, arg, work: int) -> tuple[float, float]:
     begin = time.perf_counter()
     jax.block_until_ready(fn(arg))

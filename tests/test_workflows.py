@@ -93,7 +93,7 @@ def test_simulate_cli_writes_states_and_a_video_that_moves(tmp_path, capsys):
 
 
 def test_bench_cli_compares_with_mjx(tmp_path, capsys):
-    out, folder = run(["bench", "--models", "cube", "--batch", "2", "--steps", "3", "--out", str(tmp_path)], capsys)
+    out, folder = run(["bench", "--models", "cube", "--batch", "2", "--steps", "3", "--horizons", "--out", str(tmp_path)], capsys)
     header, row = open(f"{folder}/bench.csv").read().splitlines()
     assert "speed_ratio" in header and float(row.split(",")[header.split(",").index("steps_per_s")]) > 0
 
