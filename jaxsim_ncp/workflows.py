@@ -524,8 +524,9 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
         rng = np.random.default_rng(0)
         configs = [(f"ours checkpoint={c}", _rollout_loss(lambda d, u, c=c: rollout(model, d, u, checkpoint=c), data))
                    for c in checkpoints]  # fmt: skip
-        if mjx:
-            configs.append(("mjx", _mjx_loss(mj)))
+        mjx_loss = _mjx_loss(mj) if mjx else None
+        if mjx_loss is not None:
+            configs.append(("mjx", mjx_loss))
         for horizon in horizons:
             ctrl = jnp.asarray(rng.uniform(-0.3, 0.3, (horizon, model.nu)), model.dtype)
             for label, loss in configs:
@@ -569,7 +570,11 @@ def _rollout_loss(run, data):
 
 
 def _mjx_loss(mj):
-    from mujoco import mjx
+    try:
+        from mujoco import mjx
+    except ImportError:
+        print("mujoco-mjx is not installed: no MJX comparison")
+        return None
 
     mx = mjx.put_model(mj)
     d0 = mjx.make_data(mx)
