@@ -373,7 +373,7 @@ def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int | 
         raise ValueError(f"ctrl must have shape (T, nu={model.nu}), got {ctrl.shape}")
     if checkpoint == "sqrt":
         checkpoint = max(1, int(np.ceil(np.sqrt(ctrl.shape[0]))))
-    elif isinstance(checkpoint, str) or not (isinstance(checkpoint, (bool, int, np.integer)) and checkpoint >= 0):
+    elif not (isinstance(checkpoint, (bool, int, np.integer)) and checkpoint >= 0):
         raise ValueError(f"checkpoint must be False, True, a chunk length k >= 1 or 'sqrt', got {checkpoint!r}")
 
     def body(d, u):

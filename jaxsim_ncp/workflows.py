@@ -470,6 +470,8 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
 def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, mjx: bool = True) -> list[dict]:
     """Forward throughput (steps/s) vs batch and compile time of a jitted rollout, side by side
     with MJX (mujoco-mjx, when installed) on the same models; writes bench.csv."""
+    import mujoco
+
     from .forward import rollout
     from .types import make_data
 
@@ -478,16 +480,19 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
         path = resolve_model(name)
         model = load_mjcf(path)
         data = make_data(model)
-        mjx_step = _mjx_rollout(path, steps) if mjx else None
+        mjx_run = _mjx_rollout(mujoco.MjModel.from_xml_path(path)) if mjx else None
+        if mjx_run is not None:
+            run, d0 = mjx_run
+            mjx_step = jax.jit(jax.vmap(lambda u: run(d0, u)[0].qpos))
         for batch in batches:
             ctrl = jnp.zeros((batch, steps, model.nu), model.dtype)
             ours = jax.jit(jax.vmap(lambda u: rollout(model, data, u)[0].qpos))
             row = {"model": name, "batch": batch, "steps": steps}
             row["compile_s"], row["steps_per_s"] = _time(ours, ctrl, batch * steps)
-            if mjx_step is not None:
+            if mjx_run is not None:
                 row["mjx_compile_s"], row["mjx_steps_per_s"] = _time(mjx_step, ctrl, batch * steps)
                 row["speed_ratio"] = row["steps_per_s"] / row["mjx_steps_per_s"]
-            print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
+            _print_row(row)
             rows.append(row)
     keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[-1]).index(k) if k in rows[-1] else 99)
     _write_csv(out / "bench.csv", keys, ([r.get(k, "") for k in keys] for r in rows))
@@ -524,9 +529,9 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
         rng = np.random.default_rng(0)
         configs = [(f"ours checkpoint={c}", _rollout_loss(lambda d, u, c=c: rollout(model, d, u, checkpoint=c), data))
                    for c in checkpoints]  # fmt: skip
-        mjx_loss = _mjx_loss(mj) if mjx else None
-        if mjx_loss is not None:
-            configs.append(("mjx", mjx_loss))
+        mjx_run = _mjx_rollout(mj) if mjx else None
+        if mjx_run is not None:
+            configs.append(("mjx", _rollout_loss(*mjx_run)))
         for horizon in horizons:
             ctrl = jnp.asarray(rng.uniform(-0.3, 0.3, (horizon, model.nu)), model.dtype)
             for label, loss in configs:
@@ -541,7 +546,7 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
                 memory = compiled.memory_analysis()
                 row["peak_mb"] = (memory.argument_size_in_bytes + memory.output_size_in_bytes
                                   + memory.temp_size_in_bytes - memory.alias_size_in_bytes) / 1e6  # fmt: skip
-                print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+                _print_row(row)
                 rows.append(row)
     _write_csv(out / "bench_gradient.csv", list(rows[0]), ([*r.values()] for r in rows))
     plt = _pyplot()
@@ -561,32 +566,16 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
     return rows
 
 
+def _print_row(row: dict) -> None:
+    print("  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
+
+
 def _rollout_loss(run, data):
     def loss(qvel, ctrl):
         final, traj = run(data.replace(qvel=qvel), ctrl)
         return jnp.sum(final.qpos**2) + jnp.mean(traj.qvel**2)
 
     return loss
-
-
-def _mjx_loss(mj):
-    try:
-        from mujoco import mjx
-    except ImportError:
-        print("mujoco-mjx is not installed: no MJX comparison")
-        return None
-
-    mx = mjx.put_model(mj)
-    d0 = mjx.make_data(mx)
-
-    def run(d, ctrl):
-        def body(d, u):
-            d = mjx.step(mx, d.replace(ctrl=u.astype(d.ctrl.dtype)))
-            return d, d
-
-        return jax.lax.scan(body, d, ctrl)
-
-    return _rollout_loss(run, d0)
 
 
 def _time(fn, arg, work: int) -> tuple[float, float]:
@@ -598,21 +587,21 @@ def _time(fn, arg, work: int) -> tuple[float, float]:
     return compile_s, work / (time.perf_counter() - begin)
 
 
-def _mjx_rollout(path: str, steps: int):
+def _mjx_rollout(mj):
+    """MJX's rollout(d, ctrl) -> (final, traj) through `mjx.step` and its initial data, or None
+    without mujoco-mjx."""
     try:
-        import mujoco
         from mujoco import mjx
     except ImportError:
         print("mujoco-mjx is not installed: no MJX comparison")
         return None
-    mj = mujoco.MjModel.from_xml_path(path)
     mx = mjx.put_model(mj)
-    d0 = mjx.make_data(mx)
 
-    def one(u):
-        def body(d, ui):
-            return mjx.step(mx, d.replace(ctrl=ui.astype(d.ctrl.dtype))), None
+    def run(d, ctrl):
+        def body(d, u):
+            d = mjx.step(mx, d.replace(ctrl=u.astype(d.ctrl.dtype)))
+            return d, d
 
-        return jax.lax.scan(body, d0, u)[0].qpos
+        return jax.lax.scan(body, d, ctrl)
 
-    return jax.jit(jax.vmap(one))
+    return run, mjx.make_data(mx)
