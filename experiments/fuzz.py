@@ -264,6 +264,7 @@ def main() -> None:
         structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction)
         n = min(args.group, args.scenes - done)
         group = make_group(structure, n, seed=int(rng.integers(2**31)))
+        print(f"{structure}: {n} scenes", flush=True)
         states_ok, grad_ok, energies, diverged, _, unconverged = check_group(group, args.steps)
         rise, energy_bad = energy_gain(group, energies)
         counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok).sum()),

@@ -170,7 +170,14 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         rows = constraint.unit_rows(model, d, limit_reach)
         if qvel_lin is not None:
             rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
-        return d.contact, rows
+        return d.contact, recovery_limited(rows)
+
+    def recovery_limited(rows):
+        """A unit penetrating deeper than h * ncp_recovery_speed at the start of the step is pushed out
+        by that much only: gap(q) + h J v >= 0 becomes max(gap(q), -h v_max) + h J v >= 0 (a
+        re-linearized pass's shifted gap is its estimate of gap(q)). Bodies that start deeply
+        interpenetrating separate over several steps instead of at depth / h in one."""
+        return rows._replace(gap=jnp.maximum(rows.gap, -h * opt.ncp_recovery_speed))
 
     def solve(rows, skip=False, kappa=kappa, step=(mass, momentum, a_ref, h), solved=None, start=None):
         mass, momentum, a_ref, h = step
@@ -233,7 +240,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         # unit of cfd's pairs within cfd.width also takes part, complementarity relaxed to kappa_grad (gamma s =
         # kappa_grad: a push that decays with the gap), differentiated exactly (straight-through)
         wide = collide(model, data, geom_reach, cfd_lib.pair_reach(opt.cfd, model.topology.geom_names))
-        soft_rows = constraint.unit_rows(model, data.replace(contact=wide), limit_reach)
+        soft_rows = recovery_limited(constraint.unit_rows(model, data.replace(contact=wide), limit_reach))
         soft = solve(soft_rows, kappa=kappa_grad)
         contact = contact.replace(overflow=contact.overflow | wide.overflow)
         sol = sol._replace(**{k: cfd_lib.straight_through(getattr(sol, k), getattr(soft, k)) for k in ("qvel", "impulse", "impulse_e")})

@@ -86,6 +86,7 @@ def from_mujoco(
     kappa_grad: float = 1e-4,
     ncp_passes: int = 2,
     ncp_early_exit: bool = True,
+    ncp_recovery_speed: float = 1.0,
     cfd: CFD | None = None,
     max_geom_pairs: int | None = None,
     rtol: float | None = None,
@@ -132,6 +133,8 @@ def from_mujoco(
         raise TypeError(f"cfd must be a jaxsim_ncp.CFD (e.g. CFD(width=0.1)) or None, got {cfd!r}")
     if int(ncp_passes) < 1:
         raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
+    if not ncp_recovery_speed > 0:  # inf: undo any penetration within one step (Dojo)
+        raise ValueError(f"ncp_recovery_speed must be a speed > 0 (inf: no limit), got {ncp_recovery_speed!r}")
     if max_geom_pairs is None:
         max_geom_pairs = _custom_numeric(m, "max_geom_pairs")
     if max_geom_pairs is not None and (int(max_geom_pairs) != max_geom_pairs or max_geom_pairs < 1):
@@ -186,6 +189,7 @@ def from_mujoco(
         kappa_grad=float(kappa_grad),
         ncp_passes=int(ncp_passes),
         ncp_early_exit=bool(ncp_early_exit),
+        ncp_recovery_speed=float(ncp_recovery_speed),
         cfd=cfd,
         max_geom_pairs=None if max_geom_pairs is None else int(max_geom_pairs),
         adaptive=adaptive_settings,

@@ -190,6 +190,26 @@ def test_ncp_rejects_what_it_does_not_model():
         jsn.load_mjcf(DROP, solver="ncp", grad_mode="unroll")
 
 
+def test_a_deep_penetration_is_undone_at_the_recovery_speed():
+    """A sphere starting 5 cm into the floor (dt = 5 ms) is pushed out at `ncp_recovery_speed` (1 m/s:
+    ten steps), then flies only as high as that speed carries it; with the limit off (inf) one step
+    undoes it at depth / h = 10 m/s (fuzz scenes starting deeply interpenetrating gained kilojoules
+    that way, and their 500-step gradients overflowed float32)."""
+    xml = """<mujoco><option timestep="0.005"/><worldbody><geom type="plane" size="2 2 .1"/>
+      <body pos="0 0 .05"><freejoint/><geom type="sphere" size=".1" mass="1"/></body></worldbody></mujoco>"""
+    for speed, first_vz in ((1.0, 1.0), (np.inf, 10.0)):
+        model = jsn.load_mjcf(xml, solver="ncp", ncp_recovery_speed=speed)
+        traj = jax.jit(lambda m: jsn.rollout(m, jsn.make_data(m), jnp.zeros((40, 0)))[1])(model)
+        z = np.asarray(traj.qpos[:, 2])
+        assert np.all(np.asarray(traj.solver_converged))
+        np.testing.assert_allclose(traj.qvel[0, 2], first_vz, rtol=1e-4)
+        steps_out = int(round(0.05 / (0.005 * min(speed, 10.0))))
+        assert z[steps_out - 1] >= 0.1 - 1e-6 and np.all(np.diff(z[:steps_out]) > 0)
+        assert z.max() <= 0.1 + first_vz**2 / (2 * G) + 0.005 * first_vz
+    with pytest.raises(ValueError, match="ncp_recovery_speed"):
+        jsn.load_mjcf(xml, solver="ncp", ncp_recovery_speed=0.0)
+
+
 def test_block_reduction_solves_the_full_newton_system():
     """Unit Jacobians, the reduced Newton direction and the transposed (implicit backward) solve
     against the dense Jacobian of the residual, on a random problem with equality rows and

@@ -278,7 +278,8 @@ def solve(
     one solve with the cost Hessian M + J^T H_s J), and since the iterations are not
     differentiated they stop at convergence (at most `iterations`, as mj_solNewton);
     with "unroll" reverse mode differentiates through exactly `iterations` masked Newton
-    steps, each with its line-search step length held fixed.
+    steps, each with its line-search step length held fixed, from a start that carries no
+    gradient; islands that converged get the implicit derivative of their solution.
     """
     kinds = row_kinds(model)
     problem = Problem(M, qfrc_smooth, efc, friction)
@@ -294,11 +295,14 @@ def solve(
         _minimize, kinds=kinds, n_islands=isl.count, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
         tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance, early_exit=opt.grad_mode == "implicit",
     )  # fmt: skip
+    # the start (warm start or qacc_smooth) carries no gradient in either mode: differentiating it would
+    # chain each step's solver error into the next step's derivative (unrolled rollout gradients of
+    # resting fuzz scenes grew 1e63-fold over 500 steps in float64, where the implicit one stays ~1e5)
+    qacc0 = jax.lax.stop_gradient(qacc0)
     if opt.grad_mode == "implicit":
         residual = functools.partial(_residual, kinds=kinds)
         factorize = functools.partial(_factorize_hessian, kinds=kinds)
         minimize = implicit_solver(minimize, residual, factorize, linalg.cho_solve, factor_from_info=lambda info: info[2])
-        qacc0 = jax.lax.stop_gradient(qacc0)
     qacc, (count, converged, _) = minimize(problem, (qacc0, jax.lax.stop_gradient(scale), isl.dof, isl.row))
     st = _state_at(qacc, problem, kinds, cone)  # forces at the solution, differentiable in qacc and theta
     return Solution(qacc, st.force, apply_transpose(efc, st.force), count, converged)
@@ -384,7 +388,15 @@ def _minimize(
         # amplified round-off until rollout gradients blew up (fuzz scenes found on a GPU).
         alpha = jax.lax.stop_gradient(alpha)
         moved = ~done & (alpha != 0)  # MuJoCo stops an island without counting when its search finds nothing
-        new = _state_at(st.qacc + island.spread(jnp.where(moved, alpha, 0.0), isl.dof) * p, problem, kinds, cone)
+        step = island.spread(jnp.where(moved, alpha, 0.0), isl.dof)
+        if not early_exit:
+            # differentiated as a step of min(alpha, 1): d(next) = (1 - alpha) d(qacc) + alpha dp, and
+            # dp = -d(qacc) - H^-1 dgrad/dtheta, so a step past alpha = 2 would amplify the derivative
+            # carried so far (|1 - alpha| > 1, up to 10 times a solve); the value is alpha p
+            step_p = step * jax.lax.stop_gradient(p) + jnp.minimum(step, 1.0) * (p - jax.lax.stop_gradient(p))
+        else:
+            step_p = step * p
+        new = _state_at(st.qacc + step_p, problem, kinds, cone)
         p, decrement, factor = direction(new)
         improvement = scale * ls_improvement
         gradient = scale * jnp.sqrt(per_island(jax.lax.stop_gradient(new.grad) ** 2))
@@ -399,9 +411,18 @@ def _minimize(
         st, _, factor, done, count = jax.lax.while_loop(
             lambda c: jnp.any(~c[3]) & (jnp.max(c[4]) < iterations), lambda c: newton_iteration(c, None)[0], init
         )
-    else:
-        (st, _, factor, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
-    return st.qacc, (jnp.max(count), jnp.all(done), factor)
+        return st.qacc, (jnp.max(count), jnp.all(done), factor)
+    (st, _, factor, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+    # Converged islands and dofs without constraints pass on the derivative of their solution, the
+    # implicit -H^-1 dgrad/dtheta (a Newton step from the solution held fixed, adding zero), not
+    # that of the path of iterates: a frozen iterate carries its start's derivative times (1 - alpha)
+    # per step taken, which grows where the search steps past alpha = 2. Unconverged islands keep the
+    # unrolled derivative.
+    solution = jax.lax.stop_gradient(st.qacc)
+    p_fixed = direction(_state_at(solution, problem, kinds, cone))[0]
+    settled = island.spread(done, isl.dof) | (isl.dof == isl.count)
+    qacc = jnp.where(settled, solution + (p_fixed - jax.lax.stop_gradient(p_fixed)), st.qacc)
+    return qacc, (jnp.max(count), jnp.all(done), factor)
 
 
 class _Point(NamedTuple):

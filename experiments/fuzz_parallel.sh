@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The long fuzz study as parallel processes on one accelerator: each SEED:SCENES runs
+# `fuzz.py --seed SEED --scenes SCENES --group SCENES` (one random structure, one compile, all its
+# scenes in one vmapped program), and the counts of all processes are summed at the end.
+#   experiments/fuzz_parallel.sh LOGDIR STEPS TIMEOUT_S SEED:SCENES [SEED:SCENES ...]
+# Used for experiments/results/fuzz_h100.md; on a GPU set XLA_PYTHON_CLIENT_PREALLOCATE=false.
+set -u
+logdir=$1 steps=$2 limit=$3
+shift 3
+mkdir -p "$logdir"
+here=$(dirname "$0")
+for spec in "$@"; do
+  seed=${spec%%:*} scenes=${spec##*:}
+  timeout "$limit" python3 "$here/fuzz.py" --seed "$seed" --scenes "$scenes" --group "$scenes" --steps "$steps" \
+    > "$logdir/seed$seed.log" 2>&1 &
+done
+wait
+python3 - "$logdir" <<'PY'
+import ast, collections, pathlib, re, sys
+total, missing = collections.Counter(), []
+for log in sorted(pathlib.Path(sys.argv[1]).glob("seed*.log")):
+    text = log.read_text()
+    found = re.search(r"^TOTAL (.*)$", text, re.M)
+    if found is None:
+        missing.append(log.stem)
+        print(log.stem, "did not finish:", text.strip().splitlines()[-1:] if text.strip() else "no output")
+        continue
+    counts = ast.literal_eval(found.group(1))
+    total.update(counts)
+    print(log.stem, counts)
+    for line in text.splitlines():
+        if "FAIL" in line:
+            print("  ", line)
+print("ALL", dict(total), "unfinished:", missing)
+PY
