@@ -21,6 +21,8 @@ the mechanical energy never rises above its start by more than a tolerance.
 
     .venv/bin/python experiments/fuzz.py --scenes 10000 --steps 500   # the long study
     .venv/bin/python experiments/fuzz.py --scenes 64 --steps 50        # a quick look
+    experiments/fuzz_parallel.sh LOG 500 450 1001:1000 1002:600 ...     # single-structure processes on a GPU
+    .venv/bin/python experiments/fuzz_recheck.py --seed 1002 --scenes 600 --only 195  # a failure in float64
 
 `tests/test_fuzz.py` uses `make_group` and `check_group` on a few small groups.
 """
@@ -265,13 +267,14 @@ def main() -> None:
         n = min(args.group, args.scenes - done)
         group = make_group(structure, n, seed=int(rng.integers(2**31)))
         print(f"{structure}: {n} scenes", flush=True)
-        states_ok, grad_ok, energies, diverged, _, unconverged = check_group(group, args.steps)
+        states_ok, grad_ok, energies, diverged, gnorm, unconverged = check_group(group, args.steps)
         rise, energy_bad = energy_gain(group, energies)
         counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok).sum()),
                       diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()),
                       **{f"{structure.solver}_scenes": n, f"{structure.solver}_unconverged_steps": int(unconverged.sum())})
         for i in np.nonzero(~states_ok | ~grad_ok | energy_bad)[0]:
-            print(f"  FAIL {structure} scene {i}: states {states_ok[i]} grad {grad_ok[i]} energy rise {rise[i]:.3g}", flush=True)
+            print(f"  FAIL {structure} scene {i}: states {states_ok[i]} grad {grad_ok[i]} |grad| {gnorm[i]:.3g} "
+                  f"energy rise {rise[i]:.3g} unconverged steps {unconverged[i]}", flush=True)
         done += n
         print(f"{done}/{args.scenes} scenes, {time.time() - start:.0f} s: {dict(counts)}", flush=True)
     print("TOTAL", dict(counts))

@@ -51,6 +51,7 @@ def implicit_solver(
     solve_transposed: Callable[[Any, X], X] | None = None,
     linearization_point: Callable[[X, Theta, Any], X] | None = None,
     factor_from_info: Callable[[Any], Any] | None = None,
+    solved_from_info: Callable[[Any], X] | None = None,
 ) -> Callable[[Theta, Any], tuple[X, Any]]:
     """Wrap `solver(theta, aux) -> (x, info)` so reverse mode uses the implicit function theorem.
 
@@ -68,6 +69,10 @@ def implicit_solver(
     Newton solver's last direction), so reverse mode reuses that factor instead of calling
     `factorize` again (only without a linearization point).
 
+    solved_from_info(info) -> bool: whether x is close enough to a solution of g = 0 to differentiate
+    it (default: always). Where it is not, or where the transposed solve is not finite, the implicit
+    function theorem says nothing about x and this solve contributes no gradient.
+
     Gradients flow to every floating leaf of theta. `aux` (starting point, tolerances
     scale, ...) and `info` (iteration counts, ...) are treated as constants: at a
     solution, x does not depend on where the iterations started.
@@ -81,20 +86,21 @@ def implicit_solver(
 
     def solve_fwd(theta, aux):
         x, info = solver(theta, aux)
+        solved = jnp.asarray(True) if solved_from_info is None else solved_from_info(info)
         if factor_from_info is not None and linearization_point is None:
-            return (x, info), (x, theta, aux, factor_from_info(info))
+            return (x, info), (x, theta, aux, factor_from_info(info), solved)
         x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
-        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta))
+        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta), solved)
 
     @linalg.full_precision  # traced by reverse mode, outside the forward's context
     def solve_bwd(saved, cotangent):
-        x, theta, aux, factor = saved
+        x, theta, aux, factor, solved = saved
         x_bar, _ = cotangent
         lam = solve_transposed(factor, x_bar)
-        # singular dg/dx (a solve stopped short of a solution, a degenerate one): no finite
-        # implicit derivative exists; this solve contributes zero rather than NaN, which would
-        # poison every gradient upstream of it (the forward pass flags the solve as unconverged)
-        lam = jnp.where(jnp.all(jnp.isfinite(lam)), lam, 0.0)
+        # far from any solution (the solver flags it) or a singular dg/dx (a degenerate one): no
+        # implicit derivative exists; this solve contributes zero rather than NaN or a huge value,
+        # which would poison every gradient upstream of it
+        lam = jnp.where(solved & jnp.all(jnp.isfinite(lam)), lam, 0.0)
         _, residual_vjp = jax.vjp(lambda th: residual(x, th), theta)
         (theta_bar,) = residual_vjp(-lam)
         return theta_bar, jax.tree.map(_zero_cotangent, aux)

@@ -55,7 +55,8 @@ were tried and left out (fewer iterations on average, but more unconverged human
 Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a few pure
 Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
 point is differentiated with the implicit function theorem, reusing the same block
-reduction for the transposed solve. The forward result stays the hard solution.
+reduction for the transposed solve. The forward result stays the hard solution. A solve
+that ends unconverged far from any solution (`_DIFFERENTIABLE_RESIDUAL`) is not differentiated.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ _U_INIT = (1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0)
 _FRACTION_TO_BOUNDARY = 0.99
 _STALLED_STEP = 0.3  # below this step length the iteration re-centres (`_mehrotra_step`)
 _WARM_RESTART = 12  # a warm-started solve not converged after this many iterations starts again cold
+# an unconverged solve whose best scaled residual is above this is not differentiated (no gradient
+# flows through the step): infeasible problems (coincident bodies whose contacts push both ways) sit
+# at 0.05-0.1 for ever, and the derivative at such a point was NaN in float32 fuzz scenes
+_DIFFERENTIABLE_RESIDUAL = 1e-3
 
 
 class Problem(NamedTuple):
@@ -646,9 +651,10 @@ def solve(
     def run(theta, aux):
         x0, skip, status, restart = aux
         if solved is not None:
-            return x0, status
-        x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
-        return x, (done, count)
+            x, (done, count) = x0, status
+        else:
+            x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
+        return x, (done, count, done | (scaled_residual(x, theta, kappa) <= _DIFFERENTIABLE_RESIDUAL))
 
     def relax(x, theta, start):
         if kappa_grad == kappa:
@@ -661,6 +667,7 @@ def solve(
         lambda x, theta: (factorize(x, theta), _constants(theta)),
         lambda factor, b: transposed_solve(factor[0], factor[1], b),
         linearization_point=relax,
+        solved_from_info=lambda info: info[2],
     )
     status = restart = None
     if solved is not None:
@@ -671,7 +678,7 @@ def solve(
         *warm, use = start
         restart = (x0, jnp.where(use, _WARM_RESTART, -1))
         x0 = jnp.where(use, jax.lax.stop_gradient(warm_point(p, *warm)), x0)
-    x, (done, count) = solver(p, (x0, jnp.asarray(skip), status, restart))
+    x, (done, count, _) = solver(p, (x0, jnp.asarray(skip), status, restart))
     v, le, u = _unpack(x, p)
     return Solution(
         qvel=v,
