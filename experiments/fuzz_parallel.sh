@@ -4,18 +4,20 @@
 # scenes in one vmapped program), and the counts of all processes are summed at the end.
 #   experiments/fuzz_parallel.sh LOGDIR STEPS TIMEOUT_S SEED:SCENES [SEED:SCENES ...]
 # Used for experiments/results/fuzz_h100.md; on a GPU set XLA_PYTHON_CLIENT_PREALLOCATE=false.
+# PYTHON: the interpreter (default python3; here .venv/bin/python).
 set -u
+python=${PYTHON:-python3}
 logdir=$1 steps=$2 limit=$3
 shift 3
 mkdir -p "$logdir"
 here=$(dirname "$0")
 for spec in "$@"; do
   seed=${spec%%:*} scenes=${spec##*:}
-  timeout "$limit" python3 "$here/fuzz.py" --seed "$seed" --scenes "$scenes" --group "$scenes" --steps "$steps" \
+  timeout "$limit" "$python" "$here/fuzz.py" --seed "$seed" --scenes "$scenes" --group "$scenes" --steps "$steps" \
     > "$logdir/seed$seed.log" 2>&1 &
 done
 wait
-python3 - "$logdir" <<'PY'
+"$python" - "$logdir" <<'PY'
 import ast, collections, pathlib, re, sys
 total, missing = collections.Counter(), []
 for log in sorted(pathlib.Path(sys.argv[1]).glob("seed*.log")):

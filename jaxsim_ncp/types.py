@@ -456,7 +456,7 @@ class Option(eqx.Module):
     kappa_grad: float = eqx.field(static=True, default=1e-4)  # NCP: central-path point the gradient is taken at
     ncp_passes: int = eqx.field(static=True, default=2)  # NCP: solves per step (re-linearized where one penetrates)
     ncp_early_exit: bool = eqx.field(static=True, default=True)  # NCP: stop iterating once every world converged
-    ncp_recovery_speed: float = eqx.field(static=True, default=1.0)  # NCP: deepest penetration undone at most this fast
+    ncp_recovery_speed: float = eqx.field(static=True, default=1.0)  # NCP: penetration undone at most this fast (inf: in one step)
     cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)
     max_geom_pairs: int | None = eqx.field(static=True, default=None)  # narrow-phase capacity per pair group
     adaptive: Any = eqx.field(static=True, default=None)  # integrate.adaptive.Adaptive with integrator="adaptive"

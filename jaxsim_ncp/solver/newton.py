@@ -420,6 +420,7 @@ def _minimize(
     # unrolled derivative.
     solution = jax.lax.stop_gradient(st.qacc)
     p_fixed = direction(_state_at(solution, problem, kinds, cone))[0]
+    p_fixed = jnp.where(jnp.isfinite(p_fixed), p_fixed, 0.0)  # adds zero to the value, whatever H is
     settled = island.spread(done, isl.dof) | (isl.dof == isl.count)
     qacc = jnp.where(settled, solution + (p_fixed - jax.lax.stop_gradient(p_fixed)), st.qacc)
     return qacc, (jnp.max(count), jnp.all(done), factor)
