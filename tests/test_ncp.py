@@ -283,36 +283,39 @@ def test_an_unconverged_solve_returns_its_best_iterate():
     assert res[29] < 1e-4, res  # the default budget of 30
 
 
-def test_an_infeasible_solve_is_flagged_and_passes_no_gradient():
+def test_an_infeasible_solve_is_flagged_and_differentiated_with_its_impulses_held():
     """One dof held by two frictionless units 1 cm deep that push opposite ways (coincident bodies):
-    gap + h J v >= 0 asks v >= 1 and v <= -1, which no v satisfies. The solve ends unconverged,
-    far from any solution, and contributes a zero gradient instead of the derivative of its best
-    iterate (NaN in float32 fuzz scenes). With the second unit 5 cm clear the problem is feasible,
-    v+ = -gap_0 / h, and its gradient is the implicit one, d v+ / d gap_0 = -1 / h."""
+    gap + h J v >= 0 asks v >= 1 and v <= -1, which no v satisfies. The solve ends unconverged, far
+    from any solution, and is differentiated as M v+ = momentum + constant impulse (dv+/dmomentum =
+    1/M, nothing through the gaps) instead of at its best iterate (+-50 here, NaN in float32 fuzz
+    scenes). With the second unit 5 cm clear the problem is feasible, v+ = -gap_0 / h, and its
+    gradient is the implicit one: dv+/dgap_0 = -1/h, dv+/dmomentum = 0."""
     from jaxsim_ncp.solver import ncp
 
-    def problem(gap):
+    def problem(gap, momentum):
         return ncp.Problem(
-            M=jnp.eye(1), momentum=jnp.zeros(1), h=jnp.asarray(0.01), J=jnp.asarray([[[1.0], [0], [0]], [[-1.0], [0], [0]]]),
+            M=jnp.eye(1), momentum=momentum, h=jnp.asarray(0.01), J=jnp.asarray([[[1.0], [0], [0]], [[-1.0], [0], [0]]]),
             gap=gap, mu=jnp.zeros(2), Je=jnp.zeros((0, 1)), pos_e=jnp.zeros(0), P=jnp.full(2, 0.1), Pe=jnp.zeros(0),
             L=jnp.asarray(0.1), V=jnp.asarray(10.0), active=jnp.ones(2), friction=jnp.zeros(2),
         )  # fmt: skip
 
     @jax.jit
     def next_velocity_and_gradient(gap):
-        def v_next(gap):
-            sol = ncp.solve(problem(gap), 1e-8, 1e-8, 1e-8, 30)
+        def v_next(gap, momentum):
+            sol = ncp.solve(problem(gap, momentum), 1e-8, 1e-8, 1e-8, 30)
             return sol.qvel[0], sol
 
-        return jax.value_and_grad(v_next, has_aux=True)(gap)
+        return jax.value_and_grad(v_next, argnums=(0, 1), has_aux=True)(gap, jnp.zeros(1))
 
-    (_, sol), grad = next_velocity_and_gradient(jnp.asarray([-0.01, -0.01]))
+    (_, sol), (d_gap, d_momentum) = next_velocity_and_gradient(jnp.asarray([-0.01, -0.01]))
     assert not bool(sol.converged) and float(sol.residual) > 1e-3
-    np.testing.assert_array_equal(grad, [0.0, 0.0])
-    (v, sol), grad = next_velocity_and_gradient(jnp.asarray([-0.01, 0.05]))
+    np.testing.assert_array_equal(d_gap, [0.0, 0.0])
+    np.testing.assert_allclose(d_momentum, [1.0], rtol=1e-12)
+    (v, sol), (d_gap, d_momentum) = next_velocity_and_gradient(jnp.asarray([-0.01, 0.05]))
     assert bool(sol.converged)
     np.testing.assert_allclose(v, 1.0, rtol=1e-6)
-    np.testing.assert_allclose(grad, [-100.0, 0.0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(d_gap, [-100.0, 0.0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(d_momentum, [0.0], atol=1e-4)
 
 
 def test_the_predictor_aims_at_kappa_so_the_iteration_has_no_spurious_fixed_point():

@@ -52,6 +52,7 @@ def implicit_solver(
     linearization_point: Callable[[X, Theta, Any], X] | None = None,
     factor_from_info: Callable[[Any], Any] | None = None,
     solved_from_info: Callable[[Any], X] | None = None,
+    fallback: Callable[[Theta, X, X], Theta] | None = None,
 ) -> Callable[[Theta, Any], tuple[X, Any]]:
     """Wrap `solver(theta, aux) -> (x, info)` so reverse mode uses the implicit function theorem.
 
@@ -71,7 +72,8 @@ def implicit_solver(
 
     solved_from_info(info) -> bool: whether x is close enough to a solution of g = 0 to differentiate
     it (default: always). Where it is not, or where the transposed solve is not finite, the implicit
-    function theorem says nothing about x and this solve contributes no gradient.
+    function theorem says nothing about x: theta's cotangent is then fallback(theta, x, x_bar)
+    (a surrogate derivative of the returned x), or zero without a fallback.
 
     Gradients flow to every floating leaf of theta. `aux` (starting point, tolerances
     scale, ...) and `info` (iteration counts, ...) are treated as constants: at a
@@ -88,21 +90,22 @@ def implicit_solver(
         x, info = solver(theta, aux)
         solved = jnp.asarray(True) if solved_from_info is None else solved_from_info(info)
         if factor_from_info is not None and linearization_point is None:
-            return (x, info), (x, theta, aux, factor_from_info(info), solved)
+            return (x, info), (x, theta, aux, factor_from_info(info), solved, x)
         x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
-        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta), solved)
+        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta), solved, x)
 
     @linalg.full_precision  # traced by reverse mode, outside the forward's context
     def solve_bwd(saved, cotangent):
-        x, theta, aux, factor, solved = saved
+        x_lin, theta, aux, factor, solved, x = saved
         x_bar, _ = cotangent
         lam = solve_transposed(factor, x_bar)
         # far from any solution (the solver flags it) or a singular dg/dx (a degenerate one): no
-        # implicit derivative exists; this solve contributes zero rather than NaN or a huge value,
-        # which would poison every gradient upstream of it
-        lam = jnp.where(solved & jnp.all(jnp.isfinite(lam)), lam, 0.0)
-        _, residual_vjp = jax.vjp(lambda th: residual(x, th), theta)
-        (theta_bar,) = residual_vjp(-lam)
+        # implicit derivative exists; NaN or a huge value here would poison every gradient upstream
+        implicit = solved & jnp.all(jnp.isfinite(lam))
+        _, residual_vjp = jax.vjp(lambda th: residual(x_lin, th), theta)
+        (theta_bar,) = residual_vjp(-jnp.where(implicit, lam, 0.0))
+        if fallback is not None:
+            theta_bar = jax.tree.map(lambda a, b: jnp.where(implicit, a, b), theta_bar, fallback(theta, x, x_bar))
         return theta_bar, jax.tree.map(_zero_cotangent, aux)
 
     solve.defvjp(solve_fwd, solve_bwd)
