@@ -245,16 +245,27 @@ def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adapti
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenes", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=100)
-    parser.add_argument("--group", type=int, default=64, help="scenes per structure (one compile each)")
+def next_group(rng: np.random.Generator, n: int, args: argparse.Namespace, dtype=None) -> Group:
+    """The next group of a run (`main`'s draws, in order): a random structure, then n scenes of it."""
+    structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction)
+    return make_group(structure, n, seed=int(rng.integers(2**31)), dtype=dtype)
+
+
+def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that shape `random_structure`'s draws (`next_group`)."""
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ncp-fraction", type=float, default=0.3, help="share of structures using solver='ncp'")
     parser.add_argument("--adaptive-fraction", type=float, default=0.1, help="share of Newton structures using integrator='adaptive'")
     parser.add_argument("--cfd-fraction", type=float, default=0.2, help="share of structures with contacts from distance")
     parser.add_argument("--capped-fraction", type=float, default=0.1, help="share of structures with a contact capacity (max_geom_pairs 1-2)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenes", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--group", type=int, default=64, help="scenes per structure (one compile each)")
+    add_structure_arguments(parser)
     parser.add_argument("--x64", action="store_true", help="float64 (default float32, what users run)")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", args.x64)
@@ -263,9 +274,9 @@ def main() -> None:
     start = time.time()
     done = 0
     while done < args.scenes:
-        structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction)
         n = min(args.group, args.scenes - done)
-        group = make_group(structure, n, seed=int(rng.integers(2**31)))
+        group = next_group(rng, n, args)
+        structure = group.structure
         print(f"{structure}: {n} scenes", flush=True)
         states_ok, grad_ok, energies, diverged, gnorm, unconverged = check_group(group, args.steps)
         rise, energy_bad = energy_gain(group, energies)

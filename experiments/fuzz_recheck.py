@@ -21,19 +21,14 @@ import fuzz
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--scenes", type=int, required=True, help="the run's group size (--scenes with --group equal)")
     parser.add_argument("--only", type=int, nargs="+", required=True, help="scene indices to re-check")
     parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--ncp-fraction", type=float, default=0.3)
-    parser.add_argument("--adaptive-fraction", type=float, default=0.1)
-    parser.add_argument("--cfd-fraction", type=float, default=0.2)
-    parser.add_argument("--capped-fraction", type=float, default=0.1)
+    fuzz.add_structure_arguments(parser)  # as the run had them
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", True)
-    rng = np.random.default_rng(args.seed)  # the draws of fuzz.main's first group
-    structure = fuzz.random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction)
-    group = fuzz.make_group(structure, args.scenes, seed=int(rng.integers(2**31)), dtype=jnp.float64)
+    group = fuzz.next_group(np.random.default_rng(args.seed), args.scenes, args, dtype=jnp.float64)  # the run's first
+    structure = group.structure
     idx = np.asarray(args.only)
     group = fuzz.Group(structure, jax.tree.map(lambda x: x[idx], group.model), group.qpos[idx], group.qvel[idx], group.apart[idx])
     print(structure, f"float64, {args.steps} steps", flush=True)

@@ -159,6 +159,13 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     tolerance, kappa = max(opt.tolerance, floor), max(opt.kappa, floor)
     kappa_grad = max(opt.kappa_grad, kappa)
 
+    def recovery_limited(rows):
+        """A unit penetrating deeper than h * ncp_recovery_speed at the start of the step is pushed out
+        by that much only: gap(q) + h J v >= 0 becomes max(gap(q), -h v_max) + h J v >= 0 (a
+        re-linearized pass's shifted gap is its estimate of gap(q)). Bodies that start deeply
+        interpenetrating separate over several steps instead of at depth / h in one."""
+        return rows._replace(gap=jnp.maximum(rows.gap, -h * opt.ncp_recovery_speed))
+
     def rows_at(qvel_lin=None, data=data):
         """Contacts and rows at q1 = q (+) h qvel_lin, gaps linearized about qvel_lin (None: at q)."""
         d = data
@@ -171,13 +178,6 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         if qvel_lin is not None:
             rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
         return d.contact, recovery_limited(rows)
-
-    def recovery_limited(rows):
-        """A unit penetrating deeper than h * ncp_recovery_speed at the start of the step is pushed out
-        by that much only: gap(q) + h J v >= 0 becomes max(gap(q), -h v_max) + h J v >= 0 (a
-        re-linearized pass's shifted gap is its estimate of gap(q)). Bodies that start deeply
-        interpenetrating separate over several steps instead of at depth / h in one."""
-        return rows._replace(gap=jnp.maximum(rows.gap, -h * opt.ncp_recovery_speed))
 
     def solve(rows, skip=False, kappa=kappa, step=(mass, momentum, a_ref, h), solved=None, start=None):
         mass, momentum, a_ref, h = step

@@ -666,7 +666,7 @@ def solve(
             x, (done, count) = x0, status
         else:
             x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
-        return x, (done, count, done | (scaled_residual(x, theta, kappa) <= _DIFFERENTIABLE_RESIDUAL))
+        return x, (done, count, jax.lax.stop_gradient(scaled_residual(x, theta, kappa)))
 
     def relax(x, theta, start):
         if kappa_grad == kappa:
@@ -679,7 +679,7 @@ def solve(
         lambda x, theta: (factorize(x, theta), _constants(theta)),
         lambda factor, b: transposed_solve(factor[0], factor[1], b),
         linearization_point=relax,
-        solved_from_info=lambda info: info[2],
+        solved_from_info=lambda info: info[0] | (info[2] <= _DIFFERENTIABLE_RESIDUAL),
         fallback=_impulses_held,
     )
     status = restart = None
@@ -691,7 +691,7 @@ def solve(
         *warm, use = start
         restart = (x0, jnp.where(use, _WARM_RESTART, -1))
         x0 = jnp.where(use, jax.lax.stop_gradient(warm_point(p, *warm)), x0)
-    x, (done, count, _) = solver(p, (x0, jnp.asarray(skip), status, restart))
+    x, (done, count, res) = solver(p, (x0, jnp.asarray(skip), status, restart))
     v, le, u = _unpack(x, p)
     return Solution(
         qvel=v,
@@ -699,6 +699,6 @@ def solve(
         impulse_e=jax.lax.stop_gradient(p.Pe) * le,
         iterations=count,
         converged=done,
-        residual=jax.lax.stop_gradient(scaled_residual(x, p, kappa)),
+        residual=res,
         x=jax.lax.stop_gradient(x),
     )
