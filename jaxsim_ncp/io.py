@@ -725,20 +725,12 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                     f"collision between a {n1} and a {n2} (geoms {names[0]!r} and {names[1]!r}, geom/type) is "
                     "not supported yet; set their contype/conaffinity so they cannot collide"
                 )
-            if types in MESH_MULTICCD_PAIRS and "multiccd" not in disableflags:
-                n1, n2 = (mujoco.mjtGeom(t).name[len("mjGEOM_") :].lower() for t in types)
-                names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
-                raise UnsupportedFeatureError(
-                    f"the multi-point {n1}-{n2} manifold of MuJoCo's multiccd (geoms {names[0]!r} and "
-                    f"{names[1]!r}, geom/type) is not reproduced yet; disable it with "
-                    '<flag multiccd="disable"/> (one contact per pair, simulated) or exclude the pair'
-                )
-            if types in MULTICCD_PAIRS and "multiccd" not in disableflags:
+            if (types in MULTICCD_PAIRS or types in MESH_MULTICCD_PAIRS) and "multiccd" not in disableflags:
                 if _pair_margin_gap(m, g1, g2, pid) != 0:
                     names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
                     raise UnsupportedFeatureError(
                         f"a nonzero margin/gap on the pair {names[0]!r}-{names[1]!r} (geom/margin, geom/gap or "
-                        "pair/margin): MuJoCo's multi-point cylinder manifold with a margin is not reproduced; "
+                        "pair/margin): MuJoCo's multi-point manifold with a margin is not reproduced; "
                         "use margin=0 or disable it with <flag multiccd=\"disable\"/> (one contact)"
                     )
             if types[0] == HFIELD:

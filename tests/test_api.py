@@ -31,9 +31,9 @@ def test_malformed_xml_raises():
         ("<mujoco><worldbody><body><freejoint/><geom name='a' type='cylinder' size='.1 .2' margin='.01'/></body>"
          "<body pos='1 0 0'><freejoint/><geom name='b' type='box' size='.1 .1 .2'/></body></worldbody></mujoco>",
          "margin/gap on the pair 'a'-'b'.*multiccd"),
-        # MuJoCo's multiccd manifolds against meshes are not reproduced (one contact with multiccd disabled)
+        # the same for a mesh pair (multiccd manifolds against meshes)
         ("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody><geom name='rock' type='mesh' mesh='m'/>"
-         "<body><freejoint/><geom name='tet' type='mesh' mesh='m'/></body></worldbody></mujoco>", "mesh-mesh manifold.*'rock' and 'tet'.*multiccd"),
+         "<body><freejoint/><geom name='tet' type='mesh' mesh='m' gap='.01'/></body></worldbody></mujoco>", "margin/gap on the pair 'rock'-'tet'.*multiccd"),
         ("<mujoco><asset><hfield name='h' nrow='2' ncol='2' size='1 1 1 .1'/></asset><worldbody><geom name='ground' type='hfield' hfield='h'/>"
          "<body><freejoint/><geom name='ball' size='.1' margin='.01'/></body></worldbody></mujoco>", "height-field pair 'ground'-'ball'"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"

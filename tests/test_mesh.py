@@ -1,5 +1,6 @@
 """Mesh geoms (their convex hulls) against MuJoCo: plane-mesh contact sets and trajectories,
-sphere/box/mesh-mesh single contacts, finite-difference gradients, load-time refusals."""
+sphere/box/mesh-mesh single contacts, multiccd manifolds against meshes, finite-difference
+gradients, load-time refusals."""
 
 import equinox as eqx
 import jax
@@ -175,14 +176,61 @@ def test_mesh_contact_gradients_match_finite_differences(convex):
 
 
 def test_mesh_refusals_and_validation():
-    """MuJoCo's multiccd mesh manifolds are refused by name; a non-finite hull names its mesh."""
+    """A manifold pair with a margin is refused by name; a non-finite hull names its mesh."""
     xml = f"""<mujoco><asset>{_mesh_assets({"cube": 0.05 * CUBE})}</asset><worldbody>
-        <body><freejoint/><geom name="rod" type="capsule" size="0.02 0.1"/></body>
+        <body><freejoint/><geom name="rod" type="capsule" size="0.02 0.1" margin="0.01"/></body>
         <body pos="0 0 0.3"><freejoint/><geom name="block" type="mesh" mesh="cube"/></body></worldbody></mujoco>"""
-    with pytest.raises(UnsupportedFeatureError, match="'rod' and 'block'.*multiccd"):
+    with pytest.raises(UnsupportedFeatureError, match="margin/gap on the pair 'rod'-'block'.*multiccd"):
         jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml))
     model = jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml.replace("<worldbody>", '<option><flag multiccd="disable"/></option><worldbody>')))
     assert (3, 7) in {g.types for g in model.constraints.groups}
     bad = eqx.tree_at(lambda mdl: mdl.mesh_vert, model, model.mesh_vert.at[0, 3, 1].set(jnp.nan))
     with pytest.raises(jsn.ModelError, match='mesh_vert of mesh "cube": non-finite'):
         jsn.check_model(bad)
+
+
+def _manifold_scene():
+    """Bodies resting 1 mm deep on a static mesh slab (no gravity, multiccd on): a box tilted by
+    3 deg (face-face, the 2 points below the slab's face), a mesh cube on an edge (edge-face),
+    a capsule lying on its side (edge-face) and a yawed mesh cube flat on its face (4 points)."""
+    slab = 0.3 * CUBE * np.array([2.0, 2.0, 1.0 / 3.0])  # top face at z = 0.1
+    low = lambda offset: 0.1 + offset - 0.001  # noqa: E731
+    tilt = np.radians(3.0)
+    return f"""<mujoco><option gravity="0 0 0" ccd_tolerance="1e-13" ccd_iterations="500"/>
+        <asset>{_mesh_assets({"slab": slab, "cube": 0.05 * CUBE})}</asset><worldbody>
+        <geom name="slab" type="mesh" mesh="slab"/>
+        <body pos="-0.35 0 {low(0.05 * (np.cos(tilt) + np.sin(tilt)))}" euler="3 0 10"><freejoint/><geom type="box" size="0.05 0.05 0.05"/></body>
+        <body pos="0 0 {low(0.05 * np.sqrt(2))}" euler="45 0 0"><freejoint/><geom type="mesh" mesh="cube"/></body>
+        <body pos="0.35 0.01 {low(0.02)}" euler="0 90 0"><freejoint/><geom type="capsule" size="0.02 0.08"/></body>
+        <body pos="0 0.35 {low(0.05)}" euler="0 0 20"><freejoint/><geom type="mesh" mesh="cube"/></body>
+        </worldbody></mujoco>"""
+
+
+def test_multiccd_manifolds_against_a_mesh_match_mujoco_and_finite_differences():
+    m = mujoco.MjModel.from_xml_string(_manifold_scene())
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    model = jsn.from_mujoco(m)
+
+    def contact_loss(qpos):
+        data = smooth.kinematics(model, jsn.make_data(model).replace(qpos=qpos))
+        c = driver.collide(model, data)
+        w = jnp.where(c.mask, 1.0, 0.0)
+        return jnp.sum(w * c.dist) + jnp.sum(w[:, None] * c.pos**2) + jnp.sum(w[:, None] * c.frame[:, 0] * c.pos), c
+
+    value_and_grad = jax.jit(jax.value_and_grad(contact_loss, has_aux=True))
+    (_, contact), _ = value_and_grad(jnp.asarray(d.qpos))
+    mask = np.asarray(contact.mask)
+    geoms = model.constraints.contact_geom[mask]
+    dist, pos, normal = (np.asarray(a)[mask] for a in (contact.dist, contact.pos, contact.frame[:, 0]))
+    per_body = [sum(1 for c in d.contact[: d.ncon] if c.geom[1] == g or c.geom[0] == g) for g in range(1, 5)]
+    assert per_body == [2, 2, 2, 4]  # MuJoCo's manifolds: tilted face, edge, capsule side, face
+    assert int(mask.sum()) == d.ncon
+    for c in d.contact[: d.ncon]:  # each of MuJoCo's contacts is one of ours (order within a pair aside)
+        ours = np.nonzero((geoms[:, 0] == c.geom[0]) & (geoms[:, 1] == c.geom[1]))[0]
+        k = ours[np.argmin(np.linalg.norm(pos[ours] - c.pos, axis=1))]
+        np.testing.assert_allclose(pos[k], c.pos, atol=1e-9)
+        np.testing.assert_allclose(dist[k], c.dist, atol=1e-9)
+        np.testing.assert_allclose(normal[k], c.frame[:3], atol=1e-9)
+    check_directional(None, jnp.asarray(d.qpos), np.random.default_rng(1), n_dirs=2, rtol=1e-5,
+                      value_and_grad=lambda q: (lambda out: (out[0][0], out[1]))(value_and_grad(q)))  # fmt: skip

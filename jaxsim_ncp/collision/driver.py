@@ -110,7 +110,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_r
             n_slots = group.n_slots
         else:
             fn, n_slots = FUNCTIONS[group.types]
-        if model.opt.disabled("multiccd") and group.types in multiccd.FUNCTIONS:
+        if model.opt.disabled("multiccd") and (group.types in multiccd.FUNCTIONS or group.types in mesh.MULTICCD_PAIRS):
             fn = multiccd.single_contact(*group.types)
         if model.opt.collision_smoothing > 0 and group.types in primitives.SMOOTHED:
             fn = functools.partial(fn, smoothing=model.opt.collision_smoothing)

@@ -17,21 +17,38 @@ body resting on such a face is supported the same way, but the contact points di
 
 Every other convex geom against a mesh goes through `convex.convex_contact` (GJK, EPA and
 the Newton polish, with the hull's vertex/edge/face features as its kinks): one contact,
-as MuJoCo makes for spheres and ellipsoids. MuJoCo's multiccd builds 2-4 point manifolds
-for capsules, cylinders, boxes and meshes against a mesh; those are refused at load
-(`io`) unless multiccd is disabled, when MuJoCo too makes one contact.
+as MuJoCo makes for spheres and ellipsoids. For capsules, cylinders, boxes and meshes
+against a mesh, MuJoCo's multiccd (on by default) turns that contact into a 2-4 point
+manifold where flat features touch (`mesh_manifold`, MuJoCo's multicontact):
+
+1. Features of each shape at the contact: the support set in the contact direction (a
+   vertex, an edge or a face; dim 1-3) and the faces containing it (a mesh's hull polygons,
+   a box's faces, a cylinder's facing cap; a capsule has none) and its edges (the edges
+   at a support vertex, the support edge; a capsule's surface line, a cylinder's side line).
+2. Two faces anti-parallel within cos = 0.996: the second's polygon is clipped by the
+   first's side planes (`multiccd._manifold`). Else, if the lower-dimensional feature is
+   an edge or vertex, one of its edges within 0.0888 of parallel to a face of the other
+   shape is clipped against that face. Else the single contact.
+3. At most 4 points (2 with a capsule), MuJoCo's largest-area quadrilateral.
+
+MuJoCo reads the features off its EPA simplex; here they are the geometric support sets
+(within 1e-6 of the shapes' size), which agree wherever the contact is not on a near-tie
+(checked against MuJoCo on the mjx test model convex.xml along a 3 s stacking run). Known
+difference: a cylinder cap lying fully inside a mesh face clips to a regular 16-gon, and
+MuJoCo keeps a different 4 of its near-tied vertices than `multiccd._quad` does here.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from ..math import make_frame
 from .base import Collision, GeomFrame
-from .convex import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, SPHERE, convex_contact
-from .multiccd import _quad
+from .convex import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, SPHERE, _bound, convex_contact
+from .multiccd import EDGE_TOLERANCE, FACE_TOLERANCE, _edge, _faces, _manifold, _normalize, _pad, _pad_slots, _quad
 from .primitives import PLANE, _collision, _compact
 
 
@@ -62,14 +79,164 @@ def plane_mesh(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
     return _collision(list(d), list(pos), [n] * 4, list(valid))
 
 
+class _Features(NamedTuple):
+    """A shape's features at a contact: candidate faces (normals (F, 3), polygons (F, R, 3) in
+    MuJoCo's vertex order, vertex counts, mask), the support set's dimension and candidate edges
+    ((E, 2, 3) endpoints, mask)."""
+
+    normals: jax.Array
+    polys: jax.Array
+    counts: jax.Array
+    faces: jax.Array
+    dim: jax.Array
+    edges: jax.Array
+    edge_ok: jax.Array
+
+
+def _rows(poly, rows: int):
+    return _pad(poly, 0, rows)[0]
+
+
+def _mesh_features(g: GeomFrame, towards, rows: int, one) -> _Features:
+    """A hull's support set in direction `towards`, the polygons containing it (meshNormals) and
+    its edges: the support edge, or at a support vertex the edge to the previous vertex of each
+    polygon (meshEdgeNormals)."""
+    hull = g.mesh
+    poly = hull.poly  # (P, K), -1 padded
+    k = poly.shape[1]
+    h = jax.lax.stop_gradient(hull.vert @ (g.mat.T @ towards))
+    tol = 1e-6 * jax.lax.stop_gradient(_bound(MESH, g.size, hull))
+    s = jnp.argmax(h)
+    support = h >= h[s] - tol
+    real = poly >= 0
+    contains = jnp.any(poly == s, axis=1)
+    in_support = jnp.sum(real & support[jnp.maximum(poly, 0)], axis=1)
+    dim = jnp.minimum(jnp.max(jnp.where(contains, in_support, 1)), 3)
+    faces = contains & (in_support >= dim) & (jnp.sum(real, axis=1) > 0)
+    world = g.pos + hull.vert @ g.mat.T
+    count = jnp.sum(real, axis=1)
+    j = jnp.arange(k)
+    reverse = jnp.where(j[None, :] < count[:, None], count[:, None] - 1 - j[None, :], count[:, None] - 1)  # meshFace's order
+    polys = world[jnp.take_along_axis(jnp.maximum(poly, 0), reverse, axis=1)]
+    polys = jax.vmap(lambda p: _rows(p, rows))(polys) if k < rows else polys
+    at = jnp.argmax(poly == s, axis=1)  # s's slot in each polygon containing it
+    prev = jnp.take_along_axis(poly, ((at + count - 1) % jnp.maximum(count, 1))[:, None], axis=1)[:, 0]
+    nxt = jnp.take_along_axis(poly, ((at + 1) % jnp.maximum(count, 1))[:, None], axis=1)[:, 0]
+    ends = jnp.concatenate([prev, nxt])
+    ok = jnp.concatenate([contains, contains]) & jnp.where(dim == 2, support[jnp.maximum(ends, 0)], dim == 1)
+    ok = ok & jnp.concatenate([jnp.ones_like(contains), dim == 2 & jnp.ones_like(contains)])
+    edges = jnp.stack([jnp.broadcast_to(world[s], (ends.shape[0], 3)), world[jnp.maximum(ends, 0)]], axis=1)
+    return _Features(hull.normal @ g.mat.T, polys, count, faces, dim, edges, ok)
+
+
+def _box_features(g: GeomFrame, towards, rows: int, one) -> _Features:
+    """A box's support corner, edge or face in direction `towards`, the faces containing it
+    (boxNormals) and its edges (boxEdgeNormals: the support edge, or the 3 at the corner)."""
+    m = jax.lax.stop_gradient(g.mat.T @ towards)
+    zero = jnp.abs(m) <= 1e-6
+    dim = jnp.minimum(1 + jnp.sum(zero), 3)
+    normals, polys, counts = _faces(BOX, g, one)
+    faces = jnp.stack([m > 0, m < 0], axis=1).reshape(-1) & ~jnp.repeat(zero, 2)
+    corner = jnp.where(m >= 0, 1.0, -1.0)
+    flips = corner[None, :] * jnp.where(jnp.eye(3, dtype=bool), -1.0, 1.0)
+    to_world = lambda local: g.pos + (local * g.size) @ g.mat.T  # noqa: E731
+    edges = jnp.stack([jnp.broadcast_to(to_world(corner), (3, 3)), to_world(flips)], axis=1)
+    ok = jnp.where(dim == 1, True, jnp.where(dim == 2, zero, False))
+    return _Features(normals, jax.vmap(lambda p: _rows(p, rows))(polys[:, :4]), counts, faces, dim, edges, ok)
+
+
+def _round_features(kind: int, g: GeomFrame, witness, towards, rows: int, one) -> _Features:
+    """A capsule (no faces; its surface line through the witness) or a cylinder (the cap facing
+    the other shape unless the contact is on the side; its side line), as in `multiccd`."""
+    if kind == CAPSULE:  # its surface line facing the other shape: only the witness's offset from the
+        # axis matters, r towards (exact, where the witness's place along a lying capsule is not unique)
+        witness = g.pos + g.size[0] * towards
+    edge, _ = _edge(kind, g, witness, towards, one)
+    if kind == CAPSULE:
+        dtype = g.pos.dtype
+        return _Features(jnp.zeros((1, 3), dtype), jnp.zeros((1, rows, 3), dtype), jnp.zeros(1, jnp.int32),
+                         jnp.zeros(1, bool), jnp.asarray(1), edge[None], jnp.ones(1, bool))  # fmt: skip
+    normals, polys, counts = _faces(CYLINDER, g, one)
+    facing = jax.lax.stop_gradient(normals @ towards)
+    has = jnp.abs(jax.lax.stop_gradient(jnp.dot(g.mat[:, 2], towards))) > EDGE_TOLERANCE
+    faces = has & (facing == jnp.max(facing))
+    return _Features(normals, jax.vmap(lambda p: _rows(p, rows))(polys), counts, faces, jnp.where(has, 1, 2), edge[None], jnp.ones(1, bool))
+
+
+def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
+    """Narrow phase of a capsule, cylinder, box or mesh (k1) against a mesh (k2) with MuJoCo's
+    multiccd manifold (module docstring), and its slot count."""
+    limit = 2 if k1 == CAPSULE else 4
+    single = convex_contact(k1, k2)
+
+    def features(kind, g, witness, towards, rows, one):
+        if kind == MESH:
+            return _mesh_features(g, towards, rows, one)
+        if kind == BOX:
+            return _box_features(g, towards, rows, one)
+        return _round_features(kind, g, witness, towards, rows, one)
+
+    def fn(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
+        base = single(g1, g2, margin)
+        one = (g1.pos[0] + g2.pos[0]) * 0.0 + 1.0  # see multiccd._mul
+        n, dist = base.frame[0, 0], base.dist[0]
+        ns = jax.lax.stop_gradient(n)
+        rows = max(16, g2.mesh.poly.shape[1], g1.mesh.poly.shape[1] if k1 == MESH else 0)
+        f1 = features(k1, g1, base.pos[0] - 0.5 * dist * n, ns, rows, one)
+        f2 = features(k2, g2, base.pos[0] + 0.5 * dist * n, -ns, rows, one)
+        # face-face: the most anti-parallel pair of candidate faces
+        dots = jax.lax.stop_gradient(f1.normals @ f2.normals.T)
+        dots = jnp.where(f1.faces[:, None] & f2.faces[None, :], dots, jnp.inf)
+        i, j = jnp.unravel_index(jnp.argmin(dots), dots.shape)
+        aligned = dots[i, j] < -FACE_TOLERANCE
+
+        def edge_on_face(edges, edge_ok, normals, faces):
+            """(edge, face, found): the candidate edge most nearly parallel to a candidate face."""
+            axis = jax.vmap(lambda e: _normalize(e[1] - e[0], one))(edges)
+            cos = jnp.abs(jax.lax.stop_gradient(axis @ normals.T))
+            cos = jnp.where(edge_ok[:, None] & faces[None, :], cos, jnp.inf)
+            e, f = jnp.unravel_index(jnp.argmin(cos), cos.shape)
+            return e, f, cos[e, f] < EDGE_TOLERANCE
+
+        e1, f2e, found1 = edge_on_face(f1.edges, f1.edge_ok, f2.normals, f2.faces)
+        e2, f1e, found2 = edge_on_face(f2.edges, f2.edge_ok, f1.normals, f1.faces)
+        # MuJoCo tries the lower-dimensional feature's edges; its dimensions come from EPA's simplex,
+        # which can name a face where the support set is an edge: the other order is tried too
+        edge1, edge2 = (f1.dim < 3) & found1, (f2.dim < 3) & found2
+        use1 = ~aligned & edge1 & ((f1.dim <= f2.dim) | ~edge2)
+        use2 = ~aligned & ~use1 & edge2
+
+        where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
+        size = 2 * rows + 4
+        # reference polygon and normal, incident polygon (or edge), witness direction
+        ref, nref, rn = where(use1, (f2.polys[f2e], f2.counts[f2e], f2.normals[f2e]),
+                              where(use2, (f1.polys[f1e], f1.counts[f1e], f1.normals[f1e]),
+                                    (f1.polys[i], f1.counts[i], f1.normals[i])))  # fmt: skip
+        inc, ninc = where(aligned, _pad(f2.polys[j], f2.counts[j], size),
+                          _pad(where(use1, f1.edges[e1], f2.edges[e2]), 2, size))  # fmt: skip
+        rdir = jnp.where(aligned, f2.normals[j], -rn)
+        edge = where(use1, f1.edges[e1], f2.edges[e2])
+        edge_axis = jax.lax.stop_gradient(edge[1] - edge[0])
+        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
+        p1, p2 = where(use1, (w2, w1), (w1, w2))
+        active = (aligned | use1 | use2) & jnp.any(ok) & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
+        normal = _normalize(_normalize(p1 - p2, one), one)
+        slots = Collision(dist=jnp.where(ok, d, 0.0), pos=(p1 + p2) * 0.5, frame=jax.vmap(make_frame)(normal), valid=ok)
+        return where(active, slots, _pad_slots(base, limit))
+
+    fn.__name__ = f"mesh_manifold_{k1}_{k2}"
+    return fn, limit
+
+
 def _single(k1: int, k2: int) -> tuple[Callable, int]:
     return convex_contact(k1, k2), 1
 
 
-# MuJoCo's multiccd makes manifolds for these (not reproduced: refused unless multiccd is disabled)
+# MuJoCo's multiccd makes manifolds for these (one contact each with multiccd disabled, `driver`)
 MULTICCD_PAIRS = [(CAPSULE, MESH), (CYLINDER, MESH), (BOX, MESH), (MESH, MESH)]
 
 FUNCTIONS: dict[tuple[int, int], tuple[Callable, int]] = {
     (PLANE, MESH): (plane_mesh, 4),
-    **{(k, MESH): _single(k, MESH) for k in (SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH)},
+    **{(k, MESH): _single(k, MESH) for k in (SPHERE, ELLIPSOID)},
+    **{pair: mesh_manifold(*pair) for pair in MULTICCD_PAIRS},
 }

@@ -166,11 +166,12 @@ def _edge(kind: int, g: GeomFrame, witness, towards, one):
 
 
 def _clip(ref, nref, poly, npoly, n, one):
-    """Sutherland-Hodgman: clip `poly` (first npoly of MAXV rows) by the side planes of the
-    reference polygon `ref` (first nref of 16 rows, normal n), as MuJoCo's polygonClip."""
-    nxt_ref = jnp.where(jnp.arange(16) + 1 >= nref, 0, jnp.arange(16) + 1)
-    side = _normalize(_cross(ref[nxt_ref] - ref, (ref + n) - ref, one), one)  # (16, 3) side-plane normals
-    idx = jnp.arange(MAXV)
+    """Sutherland-Hodgman: clip `poly` (first npoly of its rows) by the side planes of the
+    reference polygon `ref` (first nref of its rows, normal n), as MuJoCo's polygonClip."""
+    rows, size = ref.shape[0], poly.shape[0]
+    nxt_ref = jnp.where(jnp.arange(rows) + 1 >= nref, 0, jnp.arange(rows) + 1)
+    side = _normalize(_cross(ref[nxt_ref] - ref, (ref + n) - ref, one), one)  # side-plane normals
+    idx = jnp.arange(size)
 
     def one_plane(e, state):
         poly, npoly = state
@@ -186,12 +187,12 @@ def _clip(ref, nref, poly, npoly, n, one):
         point = _mul(t[:, None], Q - P, one) + P
         emit = jnp.stack([cross_ok, live & in_q], axis=1).reshape(-1)  # per vertex: [crossing, Q]
         cand = jnp.stack([point, Q], axis=1).reshape(-1, 3)
-        new, kept = _compact(cand, emit, MAXV)
+        new, kept = _compact(cand, emit, size)
         new_n = jnp.sum(kept)
         apply = (e < nref) & (npoly > 0)
         return jnp.where(apply, new, poly), jnp.where(apply, new_n, npoly)
 
-    return jax.lax.fori_loop(0, 16, one_plane, (poly, npoly))
+    return jax.lax.fori_loop(0, rows, one_plane, (poly, npoly))
 
 
 def _area(a, b, c, d, one):
@@ -247,19 +248,20 @@ def _farthest_pair(poly, m, one):
     """Indices of the farthest pair of the first m points (first strict maximum, i < j)."""
     diff = poly[None, :, :] - poly[:, None, :]
     d2 = jax.lax.stop_gradient(_dot(diff, diff, one))
-    idx = jnp.arange(MAXV)
+    size = poly.shape[0]
+    idx = jnp.arange(size)
     upper = (idx[:, None] < idx[None, :]) & (idx[None, :] < m)
     flat = jnp.where(upper, d2, -1.0).reshape(-1)
     k = jnp.argmax(flat)
-    return jnp.where(flat[k] > 0, jnp.stack([k // MAXV, k % MAXV]), jnp.array([0, 1]))
+    return jnp.where(flat[k] > 0, jnp.stack([k // size, k % size]), jnp.array([0, 1]))
 
 
 def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: int, one):
     """polygonClip: clipped points, reduced to `limit`, as (w1, w2, d) witnesses + mask."""
     poly, m = _clip(ref, nref, incident, nincident, n, one)
-    idx = jnp.arange(MAXV)
+    idx = jnp.arange(poly.shape[0])
     keep = (idx < m) & ~(_dot(poly - ref[0], n, one) > 0.0)  # drop points above the reference plane
-    poly, kept = _compact(poly, keep, MAXV)
+    poly, kept = _compact(poly, keep, poly.shape[0])
     m = jnp.sum(kept)
     quad = m >= 5
     pair = ~quad & (nincident == 2) & (m >= 3)
@@ -278,8 +280,9 @@ def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: in
     return w1, w2, d, valid & (m > 0)
 
 
-def _pad(poly, count):
-    return jnp.concatenate([poly, jnp.repeat(poly[:1], MAXV - poly.shape[0], axis=0)]), count
+def _pad(poly, count, size: int = MAXV):
+    """The first rows of a polygon (or edge) repeated to `size` rows (a clip buffer)."""
+    return jnp.concatenate([poly, jnp.repeat(poly[:1], size - poly.shape[0], axis=0)]), count
 
 
 def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
