@@ -97,7 +97,7 @@ def _rows(poly, rows: int):
     return _pad(poly, 0, rows)[0]
 
 
-def _mesh_features(g: GeomFrame, towards, rows: int, one) -> _Features:
+def _mesh_features(g: GeomFrame, towards, rows: int) -> _Features:
     """A hull's support set in direction `towards`, the polygons containing it (meshNormals) and
     its edges: the support edge, or at a support vertex the edge to the previous vertex of each
     polygon (meshEdgeNormals)."""
@@ -119,13 +119,12 @@ def _mesh_features(g: GeomFrame, towards, rows: int, one) -> _Features:
     reverse = jnp.where(j[None, :] < count[:, None], count[:, None] - 1 - j[None, :], count[:, None] - 1)  # meshFace's order
     polys = world[jnp.take_along_axis(jnp.maximum(poly, 0), reverse, axis=1)]
     polys = jax.vmap(lambda p: _rows(p, rows))(polys) if k < rows else polys
+    # the edge from s to its previous vertex in each polygon containing s: every edge at s once (its
+    # two polygons run along it in opposite directions), the support edge among them
     at = jnp.argmax(poly == s, axis=1)  # s's slot in each polygon containing it
     prev = jnp.take_along_axis(poly, ((at + count - 1) % jnp.maximum(count, 1))[:, None], axis=1)[:, 0]
-    nxt = jnp.take_along_axis(poly, ((at + 1) % jnp.maximum(count, 1))[:, None], axis=1)[:, 0]
-    ends = jnp.concatenate([prev, nxt])
-    ok = jnp.concatenate([contains, contains]) & jnp.where(dim == 2, support[jnp.maximum(ends, 0)], dim == 1)
-    ok = ok & jnp.concatenate([jnp.ones_like(contains), dim == 2 & jnp.ones_like(contains)])
-    edges = jnp.stack([jnp.broadcast_to(world[s], (ends.shape[0], 3)), world[jnp.maximum(ends, 0)]], axis=1)
+    ok = contains & jnp.where(dim == 2, support[jnp.maximum(prev, 0)], dim == 1)
+    edges = jnp.stack([jnp.broadcast_to(world[s], (prev.shape[0], 3)), world[jnp.maximum(prev, 0)]], axis=1)
     return _Features(hull.normal @ g.mat.T, polys, count, faces, dim, edges, ok)
 
 
@@ -171,7 +170,7 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
 
     def features(kind, g, witness, towards, rows, one):
         if kind == MESH:
-            return _mesh_features(g, towards, rows, one)
+            return _mesh_features(g, towards, rows)
         if kind == BOX:
             return _box_features(g, towards, rows, one)
         return _round_features(kind, g, witness, towards, rows, one)
