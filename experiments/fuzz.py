@@ -1,7 +1,7 @@
 """Fuzzing: random primitive scenes, batched rollouts and gradients, counts of failures.
 
-A scene is 1-4 free primitives (sphere, capsule, box, cylinder, ellipsoid) over a
-plane with random sizes, poses, velocities, frictions (zero included), solref/solimp
+A scene is 1-4 free primitives (sphere, capsule, box, cylinder, ellipsoid; with
+``--mesh-fraction``, box-shaped mesh hulls too) over a plane with random sizes, poses, velocities, frictions (zero included), solref/solimp
 and timestep; some start deeply interpenetrating. Each scene is compiled by MuJoCo
 (so masses and inertias are consistent with the sizes) and converted; scenes of one
 *structure* (geom types, solver settings) share one static pytree layout, so their
@@ -44,6 +44,7 @@ import jaxsim_ncp as jsn
 from jaxsim_ncp import smooth
 
 TYPES = ("sphere", "capsule", "box", "cylinder", "ellipsoid")
+MESH = "mesh"  # a box-shaped convex hull (a cube mesh scaled by the size), drawn with --mesh-fraction
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +65,11 @@ class Structure:
 
 def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
     lo = 0.002 if rng.uniform() < 0.1 else 0.02  # sometimes degenerate (millimetre) sizes
-    count = {"sphere": 1, "capsule": 2, "cylinder": 2, "box": 3, "ellipsoid": 3}[kind]
+    count = {"sphere": 1, "capsule": 2, "cylinder": 2, "box": 3, "ellipsoid": 3, "mesh": 3}[kind]
     return tuple(float(rng.uniform(lo, 0.2)) for _ in range(count))
 
 
+_CUBE = "-1 -1 -1  1 -1 -1  1 1 -1  -1 1 -1  -1 -1 1  1 -1 1  1 1 1  -1 1 1"
 _EDGE = np.array([np.cos(np.pi / 8), np.sin(np.pi / 8), 0.0, 0.0])  # 45 deg about x: a box on an edge
 _CORNER = np.array([0.88807383, 0.32505758, -0.32505758, 0.0])  # (1, 1, 1) / sqrt(3) to +z: on a corner
 
@@ -87,7 +89,7 @@ def _height_above_lowest_point(kind: str, size: tuple[float, ...], quat: np.ndar
         return size[0] + size[1] * abs(up[2])
     if kind == "cylinder":
         return size[1] * abs(up[2]) + size[0] * np.sqrt(max(0.0, 1 - up[2] ** 2))
-    if kind == "box":
+    if kind in ("box", "mesh"):
         return float(np.sum(np.abs(up) * np.asarray(size)))
     return float(np.sqrt(np.sum((np.asarray(size) * up) ** 2)))  # ellipsoid
 
@@ -99,7 +101,7 @@ def scene_xml(rng: np.random.Generator, structure: Structure) -> str:
     coincident with an earlier body (same pose); or exactly touching the floor, upright,
     on an edge, on a corner or in a random orientation.
     """
-    bodies, poses = [], []
+    bodies, poses, assets = [], [], []
     fmt = lambda v: " ".join(f"{x:.17g}" for x in v)  # noqa: E731
     for i, kind in enumerate(structure.types):
         size = _size(rng, kind)
@@ -123,13 +125,16 @@ def scene_xml(rng: np.random.Generator, structure: Structure) -> str:
         dmin = rng.uniform(0.5, 0.95)
         solimp = (dmin, rng.uniform(dmin, 0.999), rng.uniform(1e-3, 0.02), 0.5, 2)
         condim = structure.condim[i] if structure.condim else 3
+        shape = f'type="{kind}" size="{fmt(size)}"' if kind != "mesh" else f'type="mesh" mesh="m{i}"'
+        if kind == "mesh":
+            assets.append(f'<mesh name="m{i}" vertex="{_CUBE}" scale="{fmt(size)}"/>')
         bodies.append(
             f'<body name="b{i}" pos="{fmt(pos)}" quat="{fmt(quat)}"><freejoint/>'
-            f'<geom name="g{i}" type="{kind}" size="{fmt(size)}" friction="{fmt(friction)}" condim="{condim}" '
+            f'<geom name="g{i}" {shape} friction="{fmt(friction)}" condim="{condim}" '
             f'solref="{timeconst:.4g} {dampratio:.4g}" solimp="{fmt(solimp)}"/></body>'
         )
     timestep = rng.uniform(0.002, 0.01)
-    return f"""<mujoco><option timestep="{timestep:.4g}"/>
+    return f"""<mujoco><option timestep="{timestep:.4g}"/><asset>{"".join(assets)}</asset>
 <worldbody><geom name="floor" type="plane" size="5 5 0.1" friction="{rng.uniform(0.1, 1.2):.3g}"/>
 {"".join(bodies)}</worldbody></mujoco>"""
 
@@ -216,18 +221,22 @@ def energy_gain(group: Group, energies: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adaptive_fraction: float = 0.1,
-                     cfd_fraction: float = 0.2, capped_fraction: float = 0.0) -> Structure:
+                     cfd_fraction: float = 0.2, capped_fraction: float = 0.0, mesh_fraction: float = 0.0,
+                     kinds: tuple[str, ...] | None = None) -> Structure:
+    # meshes among the types (no draw at fraction 0: --mesh-fraction 0 replays earlier seeds)
+    if kinds is None:
+        kinds = TYPES + (MESH,) if mesh_fraction > 0 and rng.uniform() < mesh_fraction else TYPES
     n = int(rng.integers(1, 5))
     cfd_width = float(rng.uniform(0.01, 0.2)) if rng.uniform() < cfd_fraction else 0.0
     # a small contact capacity: overflowing worlds are flagged, never NaN (no draw at fraction 0, so
     # --capped-fraction 0 replays the structures of seeds drawn before this option existed)
     if capped_fraction > 0 and rng.uniform() < capped_fraction:
-        return dataclasses.replace(random_structure(rng, ncp_fraction, adaptive_fraction, cfd_fraction),
+        return dataclasses.replace(random_structure(rng, ncp_fraction, adaptive_fraction, cfd_fraction, kinds=kinds),
                                    max_geom_pairs=int(rng.integers(1, 3)))
     if rng.uniform() < ncp_fraction:  # the hard-contact NCP, in the settings it supports
         return Structure(
             cfd_width=cfd_width,
-            types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
+            types=tuple(str(t) for t in rng.choice(kinds, size=n)),
             condim=tuple(int(c) for c in rng.choice([1, 3], p=[0.2, 0.8], size=n)),
             cone="elliptic",
             integrator=str(rng.choice(["euler", "implicitfast"])),
@@ -236,7 +245,7 @@ def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adapti
         )
     adaptive = rng.uniform() < adaptive_fraction
     return Structure(
-        types=tuple(str(t) for t in rng.choice(TYPES, size=n)),
+        types=tuple(str(t) for t in rng.choice(kinds, size=n)),
         condim=tuple(int(c) for c in rng.choice([1, 3, 4, 6], p=[0.1, 0.6, 0.15, 0.15], size=n)),
         cone=str(rng.choice(["pyramidal", "elliptic"])),
         integrator="adaptive" if adaptive else str(rng.choice(["euler", "implicitfast", "rk4"])),
@@ -247,7 +256,8 @@ def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adapti
 
 def next_group(rng: np.random.Generator, n: int, args: argparse.Namespace, dtype=None) -> Group:
     """The next group of a run (`main`'s draws, in order): a random structure, then n scenes of it."""
-    structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction)
+    structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction,
+                                 args.mesh_fraction)
     return make_group(structure, n, seed=int(rng.integers(2**31)), dtype=dtype)
 
 
@@ -258,6 +268,7 @@ def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adaptive-fraction", type=float, default=0.1, help="share of Newton structures using integrator='adaptive'")
     parser.add_argument("--cfd-fraction", type=float, default=0.2, help="share of structures with contacts from distance")
     parser.add_argument("--capped-fraction", type=float, default=0.1, help="share of structures with a contact capacity (max_geom_pairs 1-2)")
+    parser.add_argument("--mesh-fraction", type=float, default=0.1, help="share of structures that may draw mesh geoms (0: replay earlier seeds)")
 
 
 def main() -> None:
