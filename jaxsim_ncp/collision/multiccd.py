@@ -153,7 +153,10 @@ def _edge(kind: int, g: GeomFrame, witness, towards, one):
         return jnp.stack([start, end]), axis
     local = _to_local(g, towards, one)
     n2 = _mul(local[0], local[0], one) + _mul(local[1], local[1], one)
-    scale = jnp.where(n2 >= MINVAL * MINVAL, g.size[0] / jnp.sqrt(jnp.where(n2 > 0, n2, 1.0)), 0.0)
+    # one condition for both wheres: with the axis along `towards` (n2 ~ 0) the unused branch's
+    # derivative 1/n2^1.5 would be inf (0 * inf = NaN in float32 gradients)
+    side = n2 >= MINVAL * MINVAL
+    scale = jnp.where(side, g.size[0] / jnp.sqrt(jnp.where(side, n2, 1.0)), 0.0)
     top = local[2] >= 0
     local = jnp.stack([scale * local[0], scale * local[1], jnp.where(top, g.size[1], -g.size[1])])
     support = _to_world(g, local, one)
