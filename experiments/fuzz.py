@@ -1,8 +1,9 @@
 """Fuzzing: random primitive scenes, batched rollouts and gradients, counts of failures.
 
 A scene is 1-4 free primitives (sphere, capsule, box, cylinder, ellipsoid; with
-``--mesh-fraction``, box-shaped mesh hulls too) over a plane with random sizes, poses, velocities, frictions (zero included), solref/solimp
-and timestep; some start deeply interpenetrating. Each scene is compiled by MuJoCo
+``--mesh-fraction``, box-shaped mesh hulls too) over a plane with random sizes, poses,
+velocities, frictions (zero included), solref/solimp and timestep; some start deeply
+interpenetrating. Each scene is compiled by MuJoCo
 (so masses and inertias are consistent with the sizes) and converted; scenes of one
 *structure* (geom types, solver settings) share one static pytree layout, so their
 models are stacked and a whole group runs as one vmapped, jitted program: one compile
@@ -65,7 +66,7 @@ class Structure:
 
 def _size(rng: np.random.Generator, kind: str) -> tuple[float, ...]:
     lo = 0.002 if rng.uniform() < 0.1 else 0.02  # sometimes degenerate (millimetre) sizes
-    count = {"sphere": 1, "capsule": 2, "cylinder": 2, "box": 3, "ellipsoid": 3, "mesh": 3}[kind]
+    count = {"sphere": 1, "capsule": 2, "cylinder": 2, "box": 3, "ellipsoid": 3, MESH: 3}[kind]
     return tuple(float(rng.uniform(lo, 0.2)) for _ in range(count))
 
 
@@ -89,7 +90,7 @@ def _height_above_lowest_point(kind: str, size: tuple[float, ...], quat: np.ndar
         return size[0] + size[1] * abs(up[2])
     if kind == "cylinder":
         return size[1] * abs(up[2]) + size[0] * np.sqrt(max(0.0, 1 - up[2] ** 2))
-    if kind in ("box", "mesh"):
+    if kind in ("box", MESH):
         return float(np.sum(np.abs(up) * np.asarray(size)))
     return float(np.sqrt(np.sum((np.asarray(size) * up) ** 2)))  # ellipsoid
 
@@ -125,8 +126,8 @@ def scene_xml(rng: np.random.Generator, structure: Structure) -> str:
         dmin = rng.uniform(0.5, 0.95)
         solimp = (dmin, rng.uniform(dmin, 0.999), rng.uniform(1e-3, 0.02), 0.5, 2)
         condim = structure.condim[i] if structure.condim else 3
-        shape = f'type="{kind}" size="{fmt(size)}"' if kind != "mesh" else f'type="mesh" mesh="m{i}"'
-        if kind == "mesh":
+        shape = f'type="{kind}" size="{fmt(size)}"' if kind != MESH else f'type="mesh" mesh="m{i}"'
+        if kind == MESH:
             assets.append(f'<mesh name="m{i}" vertex="{_CUBE}" scale="{fmt(size)}"/>')
         bodies.append(
             f'<body name="b{i}" pos="{fmt(pos)}" quat="{fmt(quat)}"><freejoint/>'
