@@ -8,8 +8,14 @@ vectors and identity rotations (Taylor branches behind a double `where`).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+def tree_where(pred, a, b):
+    """jnp.where(pred, x, y) leaf by leaf over two pytrees of one structure."""
+    return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
+
 
 _SMALL_SQ = 1e-6  # below this squared angle the Taylor branches are exact to ~1e-21
 

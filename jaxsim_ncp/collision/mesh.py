@@ -45,7 +45,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..math import make_frame
+from ..math import make_frame, tree_where
 from .base import Collision, GeomFrame
 from .convex import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, SPHERE, _bound, convex_contact
 from .multiccd import EDGE_TOLERANCE, FACE_TOLERANCE, _edge, _faces, _manifold, _normalize, _pad, _pad_slots, _quad
@@ -93,8 +93,9 @@ class _Features(NamedTuple):
     edge_ok: jax.Array
 
 
-def _rows(poly, rows: int):
-    return _pad(poly, 0, rows)[0]
+def _rows(polys, rows: int):
+    """Polygons (F, R, 3) padded to `rows` rows by repeating each one's first vertex."""
+    return jnp.concatenate([polys, jnp.repeat(polys[:, :1], rows - polys.shape[1], axis=1)], axis=1)
 
 
 def _mesh_features(g: GeomFrame, towards, rows: int) -> _Features:
@@ -118,7 +119,7 @@ def _mesh_features(g: GeomFrame, towards, rows: int) -> _Features:
     j = jnp.arange(k)
     reverse = jnp.where(j[None, :] < count[:, None], count[:, None] - 1 - j[None, :], count[:, None] - 1)  # meshFace's order
     polys = world[jnp.take_along_axis(jnp.maximum(poly, 0), reverse, axis=1)]
-    polys = jax.vmap(lambda p: _rows(p, rows))(polys) if k < rows else polys
+    polys = _rows(polys, rows)
     # the edge from s to its previous vertex in each polygon containing s: every edge at s once (its
     # two polygons run along it in opposite directions), the support edge among them
     at = jnp.argmax(poly == s, axis=1)  # s's slot in each polygon containing it
@@ -141,7 +142,7 @@ def _box_features(g: GeomFrame, towards, rows: int, one) -> _Features:
     to_world = lambda local: g.pos + (local * g.size) @ g.mat.T  # noqa: E731
     edges = jnp.stack([jnp.broadcast_to(to_world(corner), (3, 3)), to_world(flips)], axis=1)
     ok = jnp.where(dim == 1, True, jnp.where(dim == 2, zero, False))
-    return _Features(normals, jax.vmap(lambda p: _rows(p, rows))(polys[:, :4]), counts, faces, dim, edges, ok)
+    return _Features(normals, _rows(polys, rows), counts, faces, dim, edges, ok)
 
 
 def _round_features(kind: int, g: GeomFrame, witness, towards, rows: int, one) -> _Features:
@@ -159,7 +160,7 @@ def _round_features(kind: int, g: GeomFrame, witness, towards, rows: int, one) -
     facing = jax.lax.stop_gradient(normals @ towards)
     has = jnp.abs(jax.lax.stop_gradient(jnp.dot(g.mat[:, 2], towards))) > EDGE_TOLERANCE
     faces = has & (facing == jnp.max(facing))
-    return _Features(normals, jax.vmap(lambda p: _rows(p, rows))(polys), counts, faces, jnp.where(has, 1, 2), edge[None], jnp.ones(1, bool))
+    return _Features(normals, _rows(polys, rows), counts, faces, jnp.where(has, 1, 2), edge[None], jnp.ones(1, bool))
 
 
 def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
@@ -205,23 +206,22 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
         use1 = ~aligned & edge1 & ((f1.dim <= f2.dim) | ~edge2)
         use2 = ~aligned & ~use1 & edge2
 
-        where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
         size = 2 * rows + 4
         # reference polygon and normal, incident polygon (or edge), witness direction
-        ref, nref, rn = where(use1, (f2.polys[f2e], f2.counts[f2e], f2.normals[f2e]),
-                              where(use2, (f1.polys[f1e], f1.counts[f1e], f1.normals[f1e]),
+        ref, nref, rn = tree_where(use1, (f2.polys[f2e], f2.counts[f2e], f2.normals[f2e]),
+                              tree_where(use2, (f1.polys[f1e], f1.counts[f1e], f1.normals[f1e]),
                                     (f1.polys[i], f1.counts[i], f1.normals[i])))  # fmt: skip
-        inc, ninc = where(aligned, _pad(f2.polys[j], f2.counts[j], size),
-                          _pad(where(use1, f1.edges[e1], f2.edges[e2]), 2, size))  # fmt: skip
+        inc, ninc = tree_where(aligned, _pad(f2.polys[j], f2.counts[j], size),
+                          _pad(tree_where(use1, f1.edges[e1], f2.edges[e2]), 2, size))  # fmt: skip
         rdir = jnp.where(aligned, f2.normals[j], -rn)
-        edge = where(use1, f1.edges[e1], f2.edges[e2])
+        edge = tree_where(use1, f1.edges[e1], f2.edges[e2])
         edge_axis = jax.lax.stop_gradient(edge[1] - edge[0])
         w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
-        p1, p2 = where(use1, (w2, w1), (w1, w2))
+        p1, p2 = tree_where(use1, (w2, w1), (w1, w2))
         active = (aligned | use1 | use2) & jnp.any(ok) & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
         normal = _normalize(_normalize(p1 - p2, one), one)
         slots = Collision(dist=jnp.where(ok, d, 0.0), pos=(p1 + p2) * 0.5, frame=jax.vmap(make_frame)(normal), valid=ok)
-        return where(active, slots, _pad_slots(base, limit))
+        return tree_where(active, slots, _pad_slots(base, limit))
 
     fn.__name__ = f"mesh_manifold_{k1}_{k2}"
     return fn, limit

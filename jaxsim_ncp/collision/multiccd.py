@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..math import make_frame
+from ..math import make_frame, tree_where
 from .base import Collision, GeomFrame
 from .convex import CAPSULE, CYLINDER, BOX, convex_contact
 from .primitives import _compact
@@ -357,13 +357,12 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
             edge2, axis2, use2 = edge1, axis1, jnp.array(False)
 
         # one clip call: reference face, incident polygon, normals for the chosen case
-        where = lambda c, a, b: jax.tree.map(lambda x, y: jnp.where(c, x, y), a, b)  # noqa: E731
-        ref, nref, rn = where(use1, (f2, c2, n2), (f1, c1, n1))
-        inc, ninc = where(aligned, _pad(f2f, c2f), _pad(where(use1, edge1, edge2), 2))
+        ref, nref, rn = tree_where(use1, (f2, c2, n2), (f1, c1, n1))
+        inc, ninc = tree_where(aligned, _pad(f2f, c2f), _pad(tree_where(use1, edge1, edge2), 2))
         rdir = jnp.where(aligned, n2f, jnp.where(use1, -n2, -n1))
         edge_axis = jax.lax.stop_gradient(jnp.where(use1, axis1, axis2))
         w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
-        p1, p2 = where(use1, (w2, w1), (w1, w2))
+        p1, p2 = tree_where(use1, (w2, w1), (w1, w2))
         active = (aligned | use1 | use2) & jnp.any(ok)
         active = active & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
 
@@ -374,7 +373,7 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
             frame=jax.vmap(make_frame)(normal),
             valid=ok,
         )
-        return where(active, slots, _pad_slots(base, limit))
+        return tree_where(active, slots, _pad_slots(base, limit))
 
     fn.__name__ = f"multiccd_{k1}_{k2}"
     return fn, limit

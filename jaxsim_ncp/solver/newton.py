@@ -31,6 +31,7 @@ from jaxtyping import Array, Float, Int
 
 from .. import linalg
 from ..constraint import Efc, apply, apply_transpose
+from ..math import tree_where
 from ..types import Model
 from . import island
 from .implicit import implicit_solver
@@ -473,9 +474,6 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
     def newton(p: _Point):
         return p.alpha - p.d1 / p.d2
 
-    def pick(pred, a, b):
-        return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
-
     p0 = point(zero, e0)
     nothing = _Point(zero, zero, zero, jnp.ones_like(zero))  # d2 = 1: its Newton point is finite
 
@@ -483,17 +481,17 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         """The bracket end with the lower cost if it decreases the cost, else no step."""
         use1 = (s.p1.cost <= s.p2.cost) & (s.p1.cost < 0)
         use2 = ~use1 & (s.p2.cost <= s.p1.cost) & (s.p2.cost < 0)
-        return s._replace(phase=_DONE, result=pick(use1, s.p1, pick(use2, s.p2, nothing)))
+        return s._replace(phase=_DONE, result=tree_where(use1, s.p1, tree_where(use2, s.p2, nothing)))
 
     def next_round(s: _Search, more) -> _Search:
-        return pick(more, s._replace(phase=_MID), out_of_evaluations(s))
+        return tree_where(more, s._replace(phase=_MID), out_of_evaluations(s))
 
     def update_bracket(p: _Point, candidates) -> tuple[_Point, Array]:
         """updateBracket: move p to any candidate with a same-sign, smaller-magnitude derivative."""
         moved = jnp.zeros((), bool)
         for c in candidates:
             closer = ((p.d1 < 0) & (c.d1 < 0) & (p.d1 < c.d1)) | ((p.d1 > 0) & (c.d1 > 0) & (p.d1 > c.d1))
-            p, moved = pick(closer, c, p), moved | closer
+            p, moved = tree_where(closer, c, p), moved | closer
         return p, moved
 
     def step(s: _Search) -> _Search:
@@ -516,7 +514,7 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         descend = (e.d1 * direction <= -gtol) & more
         one_sided = s._replace(
             phase=jnp.where(success | ~more, _DONE, jnp.where(descend, _ONE_SIDED, _P1NEXT)),
-            direction=direction, p1=e, p2=pick(first, p0, s.p1), p2next=e, result=e,
+            direction=direction, p1=e, p2=tree_where(first, p0, s.p1), p2next=e, result=e,
         )  # fmt: skip
 
         # a bracketed round: a converged candidate ends it, else both ends move toward the sign change
@@ -524,22 +522,22 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         best, found = nothing, jnp.zeros((), bool)
         for c in candidates:
             take = (jnp.abs(c.d1) < gtol) & (~found | (c.cost < best.cost))
-            best, found = pick(take, c, best), found | take
+            best, found = tree_where(take, c, best), found | take
         p1, b1 = update_bracket(s.p1, candidates)
         p2, b2 = update_bracket(s.p2, candidates)
         midpoint = s._replace(
             phase=jnp.where(found | (~b1 & ~b2), _DONE, jnp.where(b1, _B1NEXT, _B2NEXT)),
-            p1=p1, p2=p2, b2=b2, result=pick(found, best, e),
+            p1=p1, p2=p2, b2=b2, result=tree_where(found, best, e),
         )  # fmt: skip
 
         p1next = s._replace(p1next=e)
-        b1next = pick(s.b2, p1next._replace(phase=_B2NEXT), next_round(p1next, more))
+        b1next = tree_where(s.b2, p1next._replace(phase=_B2NEXT), next_round(p1next, more))
         b2next = next_round(s._replace(p2next=e), more)
         out = b2next
         for ph, branch in ((_P1, one_sided), (_ONE_SIDED, one_sided), (_P1NEXT, next_round(p1next, more)),
                            (_MID, midpoint), (_B1NEXT, b1next)):  # fmt: skip
-            out = pick(phase == ph, branch, out)
-        out = pick(phase == _DONE, unchanged, out)
+            out = tree_where(phase == ph, branch, out)
+        out = tree_where(phase == _DONE, unchanged, out)
         return out._replace(phase=out.phase.astype(jnp.int32))
 
     start = _Search(
