@@ -1,10 +1,14 @@
 """jaxsim_ncp: a JAX-native, batched, differentiable rigid-body simulator with MuJoCo-compatible physics."""
 
+import ctypes.util as _ctypes_util
 import os as _os
 import sys as _sys
 
-# headless rendering (render.py): MuJoCo picks its OpenGL backend when it is first imported
-if "MUJOCO_GL" not in _os.environ and _sys.platform.startswith("linux") and not _os.environ.get("DISPLAY"):
+# headless rendering (render.py): MuJoCo picks its OpenGL backend when it is first imported. Only
+# where libEGL exists: with MUJOCO_GL=egl and no libEGL, `import mujoco` itself fails (seen on a
+# GPU machine without it).
+if ("MUJOCO_GL" not in _os.environ and _sys.platform.startswith("linux") and not _os.environ.get("DISPLAY")
+        and _ctypes_util.find_library("EGL")):  # fmt: skip
     _os.environ["MUJOCO_GL"] = "egl"
 
 from .cfd import CFD

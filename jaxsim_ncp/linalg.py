@@ -63,7 +63,31 @@ _BLOCK = 64  # cho_factor's panel width: larger matrices are factored panel by p
 
 
 def cho_factor(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
-    """Lower-triangular L with L L^T = a (a symmetric positive definite; pivots clamped, see above).
+    """Lower-triangular L with L L^T = a (a symmetric positive definite; pivots clamped, see above):
+    on the CPU `_cho_factor_loop`, elsewhere `_cho_factor_native`."""
+    return jax.lax.platform_dependent(jnp.asarray(a), cpu=_cho_factor_loop, default=_cho_factor_native)
+
+
+def _cho_factor_native(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """XLA's Cholesky (cuSOLVER potrf on GPUs) of a + eps diag|a|, a relative change within
+    float rounding. Where the working precision still cannot factor it (the cases the loop's
+    pivot clamp covers), a + sqrt(eps) diag|a| is factored instead, and failing that the
+    diagonal: the factor of a nearby positive-definite matrix, never NaN (Newton's direction
+    stays a descent direction)."""
+    d = jnp.abs(jnp.diagonal(a)) + jnp.finfo(a.dtype).tiny
+    eps = jnp.finfo(a.dtype).eps
+
+    def factor(shift):
+        lower = jax.lax.linalg.cholesky(a + jnp.diag(shift * d), symmetrize_input=False)
+        return lower, jnp.all(jnp.isfinite(lower))
+
+    lower, ok = factor(eps)
+    retry, retry_ok = factor(jnp.sqrt(eps))
+    return jnp.where(ok, lower, jnp.where(retry_ok, retry, jnp.diag(jnp.sqrt(d))))
+
+
+def _cho_factor_loop(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """cho_factor as XLA loops (see the module docstring).
 
     Up to `_BLOCK` columns, column by column (left-looking): L[:, j] = (A[:, j] - L L[j, :]^T) / L[j, j].
     Larger matrices by panels of `_BLOCK` columns (blocked right-looking Cholesky): a panel's
@@ -117,7 +141,19 @@ def cho_solve(lower: Float[Array, "n n"], b: Float[Array, "n ..."]) -> Float[Arr
     """a^-1 b from the factor of `cho_factor` (not differentiated: use `solve_spd` for gradients)."""
     if lower.shape[0] == 0:
         return b
+    return jax.lax.platform_dependent(lower, jnp.asarray(b), cpu=_cho_solve_loop, default=_cho_solve_native)
+
+
+def _cho_solve_loop(lower, b):
     return _triangular_solve(lower.T, _triangular_solve(lower, b, lower=True), lower=False)
+
+
+def _cho_solve_native(lower, b):
+    column = b.ndim == 1
+    b = b[:, None] if column else b
+    y = jax.lax.linalg.triangular_solve(lower, b, left_side=True, lower=True)
+    x = jax.lax.linalg.triangular_solve(lower, y, left_side=True, lower=True, transpose_a=True)
+    return x[:, 0] if column else x
 
 
 def solve_spd(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n"]:

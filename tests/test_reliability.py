@@ -99,6 +99,11 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
         for rhs, trans in ((r, False), (r, True), (np.stack([r, 2 * r], axis=1), False)):
             ref = np.linalg.solve(b.T if trans else b, rhs)
             np.testing.assert_allclose(linalg._lu_solve_native(*factor, jnp.asarray(rhs), trans), ref, rtol=1e-8)
+        # ... and of the Cholesky (XLA's potrf and triangular solves)
+        lower = linalg._cho_factor_native(jnp.asarray(a))
+        np.testing.assert_allclose(lower, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
+        for rhs in (r, np.stack([r, 2 * r], axis=1)):
+            np.testing.assert_allclose(linalg._cho_solve_native(lower, jnp.asarray(rhs)), np.linalg.solve(a, rhs), rtol=1e-10)
         # gradients through custom_linear_solve: A_bar = -A^-T x_bar x^T, b_bar = A^-T x_bar
         for mat, fn in ((a, linalg.solve_spd), (b, linalg.solve)):
             x = np.linalg.solve(mat, r)
@@ -122,6 +127,10 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     u = np.linalg.qr(rng.normal(size=(6, 6)))[0]
     a32 = jnp.asarray(u @ np.diag([1e11, 1e3, 1.0, 1e-2, 1e-3, 1e-3]) @ u.T, jnp.float32)
     assert np.all(np.isfinite(np.asarray(cho_factor(a32))))
+    # the GPU branch: a shifted or diagonal factor, finite and positive definite, also when indefinite
+    for m in (a32, a32.at[0, 0].set(-1.0)):
+        lower = np.asarray(linalg._cho_factor_native(m), np.float64)
+        assert np.all(np.isfinite(lower)) and np.all(np.diagonal(lower) > 0)
     assert np.all(np.isfinite(np.asarray(solve_spd(a32, jnp.ones(6, jnp.float32)))))
 
 
