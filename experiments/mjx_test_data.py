@@ -5,7 +5,8 @@ reason), start from the first keyframe (else qpos0) with a random velocity and r
 controls, then step MuJoCo C and jaxsim_ncp side by side in float64 with the model's
 own options (solver iterations included: the MJX humanoids ship `iterations=1`), and
 report the largest qpos/qvel difference over the steps, how many steps stay within 1e-6
-(relative to the state's size: a chaotic scene drifts apart later, not at once), and the
+(relative to the state's size: a chaotic scene drifts apart later, not at once; the same count
+for MuJoCo against itself with qvel perturbed by 1e-14 says how chaotic the scene is), and the
 relative forward qacc and sensordata differences at the start. Where qacc differs by more
 than 1e-8, MuJoCo's forward pass is repeated with its convex-collision tolerance tightened
 (ccd_tolerance 1e-12, 1000 iterations): MuJoCo's EPA stops at ccd_tolerance 1e-6 and places
@@ -82,18 +83,27 @@ def compare(path: pathlib.Path, steps: int, seed: int = 0) -> dict:
         return jax.lax.scan(body, data, ctrl)[1]
 
     qpos, qvel = states(data, jnp.asarray(ctrl))
-    err, within = [], steps
+    # MuJoCo against itself with qvel perturbed by 1e-14 (relative): how long a chaotic scene
+    # follows any trajectory at all
+    d_near = mujoco.MjData(m)
+    d_near.qpos[:], d_near.qvel[:], d_near.act[:] = d.qpos, d.qvel * (1 + 1e-14), d.act
+    d_near.mocap_pos[:], d_near.mocap_quat[:] = d.mocap_pos, d.mocap_quat
+    err, within, self_within = [], steps, steps
     for t in range(steps):
-        d.ctrl[:] = ctrl[t]
+        d.ctrl[:] = d_near.ctrl[:] = ctrl[t]
         mujoco.mj_step(m, d)
+        mujoco.mj_step(m, d_near)
         err.append(max(np.max(np.abs(np.asarray(qpos[t]) - d.qpos), initial=0), np.max(np.abs(np.asarray(qvel[t]) - d.qvel), initial=0)))
         size = max(1.0, np.max(np.abs(d.qpos), initial=0), np.max(np.abs(d.qvel), initial=0))
         if within == steps and err[-1] > 1e-6 * size:
             within = t
+        self_err = max(np.max(np.abs(d_near.qpos - d.qpos), initial=0), np.max(np.abs(d_near.qvel - d.qvel), initial=0))
+        if self_within == steps and self_err > 1e-6 * size:
+            self_within = t
     return row | {
         "status": "loaded", "nv": m.nv, "iterations": m.opt.iterations, "ls_iterations": m.opt.ls_iterations,
         "qacc_rel_err": qacc_err, "qacc_rel_err_tight_ccd": qacc_err_tight, "sensordata_rel_err": sensor_err, "max_state_err": float(max(err, default=0.0)),
-        "steps_within_1e-6": within,
+        "steps_within_1e-6": within, "mujoco_self_steps_within_1e-6": self_within,
     }  # fmt: skip
 
 
@@ -112,7 +122,7 @@ def main() -> None:
         jax.clear_caches()
     RESULTS.mkdir(exist_ok=True)
     keys = ["model", "status", "nv", "iterations", "ls_iterations", "qacc_rel_err", "qacc_rel_err_tight_ccd", "sensordata_rel_err", "max_state_err",
-            "steps_within_1e-6", "detail"]  # fmt: skip
+            "steps_within_1e-6", "mujoco_self_steps_within_1e-6", "detail"]  # fmt: skip
     csv_path = RESULTS / "mjx_test_data.csv"
     if args.only and csv_path.exists():  # a partial run updates its rows of the full table
         with open(csv_path, newline="") as f:

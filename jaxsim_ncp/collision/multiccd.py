@@ -185,8 +185,9 @@ def _clip(ref, nref, poly, npoly, n, one):
         in_p, in_q = dp > -MINVAL, dq > -MINVAL
         live = idx < npoly
         den = dp - dq
-        t = dp / jnp.where(den != 0, den, 1.0)
-        cross_ok = live & (in_p != in_q) & (den != 0) & (t >= 0) & (t <= 1)
+        crossing = live & (in_p != in_q) & (den != 0)
+        t = dp / jnp.where(crossing, den, 1.0)  # other rows: no tiny den (their unused t would get an inf derivative)
+        cross_ok = crossing & (t >= 0) & (t <= 1)
         point = _mul(t[:, None], Q - P, one) + P
         emit = jnp.stack([cross_ok, live & in_q], axis=1).reshape(-1)  # per vertex: [crossing, Q]
         cand = jnp.stack([point, Q], axis=1).reshape(-1, 3)
