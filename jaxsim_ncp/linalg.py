@@ -1,4 +1,6 @@
-"""Dense linear solves as plain XLA loops: safe to batch, and robust in float32.
+"""Dense linear solves: plain XLA loops on the CPU (safe to batch, robust in float32), XLA's own
+factorizations elsewhere (on a GPU a loop of n dependent steps is n kernel launches: the 100-cube
+pile's Newton step, nv = 600, took 190 ms on an H100 with the loops and 5.7 ms without).
 
 Why not `jax.scipy.linalg` / `jnp.linalg`: on the CPU, jaxlib's LAPACK kernels
 (potrf, getrf, trsm, ...) split a batched call into chunks that they schedule on
@@ -7,8 +9,8 @@ XLA's intra-op thread pool and then *block a pool thread* until the chunks finis
 once as the pool has threads (2 on a 2-core machine; independent parts of a vmapped
 step run concurrently), every pool thread waits for work only a pool thread could
 run: the program deadlocks, intermittently (issue #11, the vmapped 27-box pile).
-The loops below never call back into the pool. `tests/test_reliability.py` checks
-that a batched step and its gradient compile to programs without custom calls.
+The loops below (what the CPU runs) never call back into the pool. `tests/test_reliability.py`
+checks that a batched step and its gradient compile to programs without custom calls.
 
 Robustness: `cho_factor` clamps each pivot to at least eps * A[j, j] (MuJoCo's
 mju_cholFactor clamps to an absolute mindiag), so a matrix that is positive definite
