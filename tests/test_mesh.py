@@ -241,3 +241,34 @@ def test_multiccd_manifolds_against_a_mesh_match_mujoco_and_finite_differences()
         return jnp.sum(w * c.dist) + jnp.sum(w[:, None] * c.pos**2) + jnp.sum(w[:, None] * c.frame[:, 0] * c.pos)
 
     check_directional(contact_loss, data.qpos, np.random.default_rng(1), n_dirs=2, rtol=1e-5)
+
+
+def test_cylinder_side_line_along_its_axis_has_no_round_off_azimuth():
+    """multiccd's cylinder side line where the contact direction is its axis up to round-off
+    (float32 EPA lands there exactly: the mesh fuzz's NaN gradient, a rollout whose adjoint grew
+    1e5-1e6 in single steps). The line's azimuth is then noise whose derivative is ~1/sqrt(n2):
+    it is put at a fixed azimuth on the side instead. With a real tilt it follows the direction."""
+    from jaxsim_ncp.collision.base import GeomFrame
+    from jaxsim_ncp.collision.multiccd import CYLINDER, _edge
+
+    mat = np.zeros(9)
+    mujoco.mju_quat2Mat(mat, np.array([0.9, 0.2, -0.3, 0.25]) / np.linalg.norm([0.9, 0.2, -0.3, 0.25]))
+    rot = jnp.asarray(mat.reshape(3, 3))
+    size = jnp.array([0.13, 0.08, 0.0])
+
+    def line(mat, tilt, dtype):
+        g = GeomFrame(jnp.zeros(3, dtype), mat.astype(dtype), size.astype(dtype))
+        towards = rot[:, 2] + tilt * rot[:, 0]
+        towards = (towards / jnp.linalg.norm(towards)).astype(dtype)
+        return _edge(CYLINDER, g, None, towards, jnp.asarray(1.0, dtype))[0]
+
+    for dtype, tilt in ((jnp.float32, 1e-8), (jnp.float32, 0.03), (jnp.float64, 1e-8)):
+        ends = np.asarray(line(rot, tilt, dtype), np.float64)
+        local = ends @ np.asarray(rot)  # rows: the endpoints in the cylinder's frame
+        np.testing.assert_allclose(np.hypot(local[:, 0], local[:, 1]), 0.13, rtol=1e-5)  # on the side
+        np.testing.assert_allclose(np.abs(local[:, 2]), 0.08, rtol=1e-5)
+        if tilt > 1e-6 or dtype == jnp.float64:  # a real direction off the axis: the support line along it
+            np.testing.assert_allclose(local[:, 0], 0.13, rtol=1e-4)
+        jac = jax.jacrev(line)(rot, tilt, dtype)
+        bound = 10.0 if dtype == jnp.float32 and tilt < 1e-6 else 1e9  # float64: the exact geometry's 1/sqrt(n2)
+        assert np.all(np.isfinite(np.asarray(jac))) and np.abs(np.asarray(jac)).max() < bound

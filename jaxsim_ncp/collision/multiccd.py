@@ -157,8 +157,16 @@ def _edge(kind: int, g: GeomFrame, witness, towards, one):
     # derivative 1/n2^1.5 would be inf (0 * inf = NaN in float32 gradients)
     side = n2 >= MINVAL * MINVAL
     scale = jnp.where(side, g.size[0] / jnp.sqrt(jnp.where(side, n2, 1.0)), 0.0)
+    x, y = scale * local[0], scale * local[1]
+    if jnp.finfo(n2.dtype).eps > 1e-10:
+        # below float64, an n2 within the round-off of `towards` has no azimuth: float32 EPA lands
+        # exactly on a cylinder's axis (n2 ~ 1e-16), and the line's azimuth there, noise with a
+        # derivative ~1/sqrt(n2), made contact gradients 1e7 and a rollout's gradient overflow.
+        # There the line is put at the local x azimuth (on the side, as any azimuth would be).
+        noise = side & (n2 < (16 * jnp.finfo(n2.dtype).eps) ** 2)
+        x, y = jnp.where(noise, g.size[0], x), jnp.where(noise, 0.0, y)
     top = local[2] >= 0
-    local = jnp.stack([scale * local[0], scale * local[1], jnp.where(top, g.size[1], -g.size[1])])
+    local = jnp.stack([x, y, jnp.where(top, g.size[1], -g.size[1])])
     support = _to_world(g, local, one)
     direction = jnp.where(top, -axis, axis)
     hh = g.size[1] + g.size[1]
