@@ -154,17 +154,16 @@ def _edge(kind: int, g: GeomFrame, witness, towards, one):
     local = _to_local(g, towards, one)
     n2 = _mul(local[0], local[0], one) + _mul(local[1], local[1], one)
     # one condition for both wheres: with the axis along `towards` (n2 ~ 0) the unused branch's
-    # derivative 1/n2^1.5 would be inf (0 * inf = NaN in float32 gradients)
-    side = n2 >= MINVAL * MINVAL
+    # derivative 1/n2^1.5 would be inf (0 * inf = NaN in float32 gradients). Below float64 the
+    # condition is n2 above the round-off of `towards`: float32 EPA lands exactly on a cylinder's
+    # axis (n2 ~ 1e-16), where the line's azimuth is noise with a derivative ~1/sqrt(n2) (contact
+    # gradients 1e7, a rollout's gradient overflowed); in that band the line is put at the local
+    # x azimuth (on the side, as any azimuth would be). n2 = 0: the cap centre, as MuJoCo.
+    floor = (16 * jnp.finfo(n2.dtype).eps) ** 2 if jnp.finfo(n2.dtype).eps > 1e-10 else MINVAL * MINVAL
+    side = n2 >= floor
     scale = jnp.where(side, g.size[0] / jnp.sqrt(jnp.where(side, n2, 1.0)), 0.0)
-    x, y = scale * local[0], scale * local[1]
-    if jnp.finfo(n2.dtype).eps > 1e-10:
-        # below float64, an n2 within the round-off of `towards` has no azimuth: float32 EPA lands
-        # exactly on a cylinder's axis (n2 ~ 1e-16), and the line's azimuth there, noise with a
-        # derivative ~1/sqrt(n2), made contact gradients 1e7 and a rollout's gradient overflow.
-        # There the line is put at the local x azimuth (on the side, as any azimuth would be).
-        noise = side & (n2 < (16 * jnp.finfo(n2.dtype).eps) ** 2)
-        x, y = jnp.where(noise, g.size[0], x), jnp.where(noise, 0.0, y)
+    noise = ~side & (n2 >= MINVAL * MINVAL)
+    x, y = jnp.where(noise, g.size[0], scale * local[0]), jnp.where(noise, 0.0, scale * local[1])
     top = local[2] >= 0
     local = jnp.stack([x, y, jnp.where(top, g.size[1], -g.size[1])])
     support = _to_world(g, local, one)
