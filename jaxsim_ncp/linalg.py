@@ -75,17 +75,20 @@ def _cho_factor_native(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     float rounding. Where the working precision still cannot factor it (the cases the loop's
     pivot clamp covers), a + sqrt(eps) diag|a| is factored instead, and failing that the
     diagonal: the factor of a nearby positive-definite matrix, never NaN (Newton's direction
-    stays a descent direction)."""
+    stays a descent direction). The fallbacks are a `cond`: an unbatched call factors once (under
+    vmap the cond is a select and both factorizations run)."""
     d = jnp.abs(jnp.diagonal(a)) + jnp.finfo(a.dtype).tiny
     eps = jnp.finfo(a.dtype).eps
 
     def factor(shift):
-        lower = jax.lax.linalg.cholesky(a + jnp.diag(shift * d), symmetrize_input=False)
-        return lower, jnp.all(jnp.isfinite(lower))
+        return jax.lax.linalg.cholesky(a + jnp.diag(shift * d), symmetrize_input=False)
 
-    lower, ok = factor(eps)
-    retry, retry_ok = factor(jnp.sqrt(eps))
-    return jnp.where(ok, lower, jnp.where(retry_ok, retry, jnp.diag(jnp.sqrt(d))))
+    def fallback():
+        retry = factor(jnp.sqrt(eps))
+        return jnp.where(jnp.all(jnp.isfinite(retry)), retry, jnp.diag(jnp.sqrt(d)))
+
+    lower = factor(eps)
+    return jax.lax.cond(jnp.all(jnp.isfinite(lower)), lambda: lower, fallback)
 
 
 def _cho_factor_loop(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
