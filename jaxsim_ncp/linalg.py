@@ -70,25 +70,44 @@ def cho_factor(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     return jax.lax.platform_dependent(jnp.asarray(a), cpu=_cho_factor_loop, default=_cho_factor_native)
 
 
+@jax.custom_batching.custom_vmap
 def _cho_factor_native(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """XLA's Cholesky (cuSOLVER potrf on GPUs) of a + eps diag|a|, a relative change within
     float rounding. Where the working precision still cannot factor it (the cases the loop's
     pivot clamp covers), a + sqrt(eps) diag|a| is factored instead, and failing that the
     diagonal: the factor of a nearby positive-definite matrix, never NaN (Newton's direction
-    stays a descent direction). The fallbacks are a `cond`: an unbatched call factors once (under
-    vmap the cond is a select and both factorizations run)."""
+    stays a descent direction). The fallback is a `cond` on whether any matrix failed, also under
+    vmap (`_cho_factor_native_batched`): a plain vmapped cond would be a select running both
+    factorizations (on an H100 that doubled the humanoid's and the pile's Cholesky time).
+    Callers pass a matrix without tangent (`solve_spd` stops its gradient): no autodiff rule."""
+    lower = _shifted_cholesky(a, jnp.finfo(a.dtype).eps)
+    return jax.lax.cond(jnp.all(jnp.isfinite(lower)), lambda: lower, lambda: _cho_fallback(a))
+
+
+@_cho_factor_native.def_vmap
+def _cho_factor_native_batched(axis_size: int, in_batched: list[bool], a: Float[Array, "b n n"]):
+    """Batched `_cho_factor_native`: one batched factorization, the fallback only if some matrix
+    failed, and then kept only for those (the others are bit-identical to an unbatched call)."""
+    if not in_batched[0]:
+        return _cho_factor_native(a), False
+    lower = _shifted_cholesky(a, jnp.finfo(a.dtype).eps)
+    ok = jnp.all(jnp.isfinite(lower), axis=(-2, -1))
+    repaired = lambda: jnp.where(ok[:, None, None], lower, jax.vmap(_cho_fallback)(a))  # noqa: E731
+    return jax.lax.cond(jnp.all(ok), lambda: lower, repaired), True
+
+
+def _shifted_cholesky(a: Float[Array, "... n n"], shift) -> Float[Array, "... n n"]:
+    """XLA's Cholesky factor of a + shift diag|a| (NaN where it fails)."""
+    d = jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + jnp.finfo(a.dtype).tiny
+    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
+    return jax.lax.linalg.cholesky(a + shift * d[..., None] * eye, symmetrize_input=False)
+
+
+def _cho_fallback(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """The factor of a + sqrt(eps) diag|a| or, where even that fails, of diag|a|."""
+    retry = _shifted_cholesky(a, jnp.sqrt(jnp.finfo(a.dtype).eps))
     d = jnp.abs(jnp.diagonal(a)) + jnp.finfo(a.dtype).tiny
-    eps = jnp.finfo(a.dtype).eps
-
-    def factor(shift):
-        return jax.lax.linalg.cholesky(a + jnp.diag(shift * d), symmetrize_input=False)
-
-    def fallback():
-        retry = factor(jnp.sqrt(eps))
-        return jnp.where(jnp.all(jnp.isfinite(retry)), retry, jnp.diag(jnp.sqrt(d)))
-
-    lower = factor(eps)
-    return jax.lax.cond(jnp.all(jnp.isfinite(lower)), lambda: lower, fallback)
+    return jnp.where(jnp.all(jnp.isfinite(retry)), retry, jnp.diag(jnp.sqrt(d)))
 
 
 def _cho_factor_loop(a: Float[Array, "n n"]) -> Float[Array, "n n"]:

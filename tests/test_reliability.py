@@ -131,6 +131,14 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     for m in (a32, a32.at[0, 0].set(-1.0)):
         lower = np.asarray(linalg._cho_factor_native(m), np.float64)
         assert np.all(np.isfinite(lower)) and np.all(np.diagonal(lower) > 0)
+    # ... batched: one world falls back; the others are bit-identical to unbatched calls, and its own
+    # factor is the unbatched fallback's (the batched rule runs the fallback only where it is needed)
+    spd = jnp.asarray(u @ np.diag([4.0, 3.0, 2.0, 1.0, 0.5, 0.25]) @ u.T, jnp.float32)
+    batch = jnp.stack([spd, a32.at[0, 0].set(-1.0), 2 * spd])
+    batched = np.asarray(jax.vmap(linalg._cho_factor_native)(batch))
+    for k in range(3):
+        np.testing.assert_array_equal(batched[k], np.asarray(linalg._cho_factor_native(batch[k])))
+    np.testing.assert_array_equal(jax.vmap(linalg._cho_factor_native)(batch[::2]), batched[::2])
     assert np.all(np.isfinite(np.asarray(solve_spd(a32, jnp.ones(6, jnp.float32)))))
 
 
