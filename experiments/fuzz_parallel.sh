@@ -2,7 +2,8 @@
 # The long fuzz study as parallel processes on one accelerator: each SEED:SCENES runs
 # `fuzz.py --seed SEED --scenes SCENES --group SCENES` (one random structure, one compile, all its
 # scenes in one vmapped program), and the counts of all processes are summed at the end.
-#   experiments/fuzz_parallel.sh LOGDIR STEPS TIMEOUT_S SEED:SCENES [SEED:SCENES ...]
+# SEED:SCENES:F passes --mesh-fraction F (0 replays seeds drawn before that option).
+#   experiments/fuzz_parallel.sh LOGDIR STEPS TIMEOUT_S SEED:SCENES[:F] [SEED:SCENES[:F] ...]
 # Used for experiments/results/fuzz_h100.md; on a GPU set XLA_PYTHON_CLIENT_PREALLOCATE=false.
 # PYTHON: the interpreter (default python3; here .venv/bin/python).
 set -u
@@ -12,9 +13,9 @@ shift 3
 mkdir -p "$logdir"
 here=$(dirname "$0")
 for spec in "$@"; do
-  seed=${spec%%:*} scenes=${spec##*:}
+  IFS=: read -r seed scenes mesh <<< "$spec"
   timeout "$limit" "$python" "$here/fuzz.py" --seed "$seed" --scenes "$scenes" --group "$scenes" --steps "$steps" \
-    > "$logdir/seed$seed.log" 2>&1 &
+    ${mesh:+--mesh-fraction "$mesh"} > "$logdir/seed$seed.log" 2>&1 &
 done
 wait
 "$python" - "$logdir" <<'PY'

@@ -142,6 +142,27 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     assert np.all(np.isfinite(np.asarray(solve_spd(a32, jnp.ones(6, jnp.float32)))))
 
 
+
+def test_elliptic_cone_hessian_is_finite_where_the_tangential_velocity_nearly_vanishes():
+    """Float32 middle zone at T = 1e-20 (T^3 underflows to 0): the cone Hessian is finite and equals
+    MuJoCo's formula evaluated in float64. Its inf made an unrolled CFD gradient NaN (fuzz seed 4003)."""
+    from jaxsim_ncp.solver import newton
+
+    mu, T, Dm = 0.8, 1e-20, 3.0
+    U = np.array([0.3 * T, 0.6 * T, 0.8 * T, 0.0, 0.0, 0.0])  # -T/mu < N < mu T: the middle zone
+    scale = np.array([mu, 1.0, 1.0, 0.5, 0.5, 0.5])
+    Ut, N = U[1:], U[0]
+    ref = np.zeros((6, 6))
+    ref[0, 0], ref[0, 1:], ref[1:, 0] = 1.0, -mu / T * Ut, -mu / T * Ut
+    ref[1:, 1:] = mu * N / T**3 * np.outer(Ut, Ut) + (mu**2 - mu * N / T) * np.eye(5)
+    ref *= Dm * np.outer(scale, scale)
+    f32 = lambda x: jnp.asarray(np.atleast_1d(x)[None] if np.ndim(x) else [x], jnp.float32)  # noqa: E731
+    middle = (jnp.array([True]), f32(U), f32(N), f32(T), f32(Dm))
+    cone = newton._Cone(f32(mu), f32(scale), f32(Dm))
+    hessian = np.asarray(newton._cone_hessian(middle, cone)[0], np.float64)
+    np.testing.assert_allclose(hessian, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+
+
 BAD_PARAMETERS = [
     (lambda m: m.body_mass, lambda m: m.body_mass.at[1].set(-1.0), 'body_mass of body "box".*positive'),
     (lambda m: m.body_mass, lambda m: m.body_mass.at[3].set(0.0), 'body_mass of body "pendulum"'),

@@ -128,7 +128,7 @@ def _zones(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None):
         NmT = N - mu * T
         Ts = jnp.where(mid, T, 1.0)
         f0 = -Dm * NmT * mu
-        fU = jnp.concatenate([f0[:, None], (-f0 / Ts)[:, None] * U[:, 1:] * cone.scale[:, 1:]], axis=1)
+        fU = jnp.concatenate([f0[:, None], -f0[:, None] * (U[:, 1:] / Ts[:, None]) * cone.scale[:, 1:]], axis=1)
         fU = jnp.where(mid[:, None] & jnp.asarray(idx.valid), fU, 0.0)
         force = force.at[idx.rows].add(fU)
         middle = (mid, U, N, Ts, Dm)
@@ -152,14 +152,19 @@ def _cost(jar, efc: Efc, kinds: RowKinds, cone: _Cone | None, quad, middle):
 
 
 def _cone_hessian(middle, cone: _Cone):
-    """Each cone's middle-zone Hessian (ncone, 6, 6) in row space (zero outside the middle zone)."""
+    """Each cone's middle-zone Hessian (ncone, 6, 6) in row space (zero outside the middle zone).
+
+    MuJoCo's [1, -mu/T U_t; ., mu N/T^3 U_t U_t^T + (mu^2 - mu N/T) I] in U space, written with
+    the unit tangent u = U_t/T and r = N/T, both bounded in the middle zone (-T/mu < N < mu T):
+    [1, -mu u; ., mu r u u^T + (mu^2 - mu r) I]. T^3 underflows in float32 at T < 1e-13 (a
+    contact whose tangential velocity is almost exactly zero), which made the Hessian inf and
+    unrolled gradients NaN (fuzz seed 4003, scene 32)."""
     mid, U, N, T, Dm = middle
     mu = cone.mu
-    Ut = U[:, 1:]
-    # cone Hessian in U space: [1, -mu/T U_t; ., mu N / T^3 U_t U_t^T + (mu^2 - mu N / T) I]
-    top_row = jnp.concatenate([jnp.ones_like(mu)[:, None], (-mu / T)[:, None] * Ut], axis=1)
-    block = (mu * N / T**3)[:, None, None] * Ut[:, :, None] * Ut[:, None, :]
-    block = block + (mu**2 - mu * N / T)[:, None, None] * jnp.eye(5, dtype=U.dtype)
+    unit, ratio = U[:, 1:] / T[:, None], N / T
+    top_row = jnp.concatenate([jnp.ones_like(mu)[:, None], -mu[:, None] * unit], axis=1)
+    block = (mu * ratio)[:, None, None] * unit[:, :, None] * unit[:, None, :]
+    block = block + (mu**2 - mu * ratio)[:, None, None] * jnp.eye(5, dtype=U.dtype)
     Hc = jnp.zeros((U.shape[0], 6, 6), U.dtype)
     Hc = Hc.at[:, 0, :].set(top_row).at[:, :, 0].set(top_row).at[:, 1:, 1:].set(block)
     Hc = Hc * (cone.scale[:, :, None] * cone.scale[:, None, :]) * Dm[:, None, None]
@@ -213,12 +218,13 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
         mid, U, N, T, Dm = middle  # T is only used where mid, where it is > 0
         idx = kinds.cone
         V = Jp[idx.rows] * cone.scale
-        t1 = jnp.sum(U[:, 1:] * V[:, 1:], -1) / T
-        t2 = (jnp.sum(V[:, 1:] ** 2, -1) - t1**2) / T
+        # T' = t1 and T'' = t2 / T along V; nmt t2 / T as (N/T - mu) t2, bounded (see _cone_hessian)
+        t1 = jnp.sum(U[:, 1:] / T[:, None] * V[:, 1:], -1)
+        t2 = jnp.sum(V[:, 1:] ** 2, -1) - t1**2
         nmt = N - cone.mu * T
         nmt1 = V[:, 0] - cone.mu * t1
         d1_cones = jnp.where(mid, Dm * nmt * nmt1, 0.0)
-        d2_cones = jnp.where(mid, Dm * (nmt1**2 - nmt * cone.mu * t2), 0.0)
+        d2_cones = jnp.where(mid, Dm * (nmt1**2 - cone.mu * (N / T - cone.mu) * t2), 0.0)
         by_cone = island.segment_sum(jnp.stack([cones, d1_cones, d2_cones], -1), isl.row[idx.rows[:, 0]], isl)
         cost, d1, d2 = cost + by_cone[:, 0], d1 + by_cone[:, 1], d2 + by_cone[:, 2]
     return _Eval(cost, d1, d2)
