@@ -37,7 +37,9 @@ def forward(model: Model, data: Data) -> Data:
         data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
         + smooth.xfrc_to_qfrc(model, data)
     )
-    qacc_smooth = linalg.solve_spd(data.qM, qfrc_smooth)
+    # M is block diagonal over the kinematic trees, unless a tendon's armature couples them
+    trees = None if model.ntendon else linalg.diagonal_blocks(model.topology.dof_treeid)
+    qacc_smooth = linalg.solve_spd(data.qM, qfrc_smooth) if trees is None else linalg.solve_spd_blocks(data.qM, qfrc_smooth, trees)
     data = data.replace(qfrc_smooth=qfrc_smooth, qacc_smooth=qacc_smooth)
     return sensor.sensors(model, _constraint_solve(model, data))
 

@@ -30,6 +30,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 
@@ -188,6 +189,29 @@ def solve_spd(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n
     return jax.lax.custom_linear_solve(
         lambda x: a @ x, b, solve=lambda _, r: cho_solve(lower, r), symmetric=True
     )
+
+
+def diagonal_blocks(groups: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """The index arrays of `solve_spd_blocks` for rows labelled by block (e.g. dof_treeid): one
+    (k, s) array per block size s, its k blocks' rows in order."""
+    labels = np.asarray(groups)
+    rows = [np.flatnonzero(labels == g) for g in np.unique(labels)]
+    sizes = sorted({len(r) for r in rows})
+    return tuple(np.stack([r for r in rows if len(r) == s]) for s in sizes)
+
+
+def solve_spd_blocks(a: Float[Array, "n n"], b: Float[Array, " n"], blocks: tuple[np.ndarray, ...]) -> Float[Array, " n"]:
+    """a^-1 b for a symmetric positive-definite a that is block diagonal over `blocks`
+    (`diagonal_blocks`): one batched `solve_spd` per block size instead of a dense n x n one.
+    The mass matrix of a scene of independent bodies (the 100-cube pile: 100 blocks of 6 instead
+    of one 600 x 600 factorization). Differentiable like `solve_spd`; entries off the blocks,
+    zero by assumption, get no gradient."""
+    if len(blocks) == 1 and blocks[0].shape[0] == 1:
+        return solve_spd(a, b)
+    x = jnp.zeros_like(b)
+    for idx in blocks:
+        x = x.at[idx].set(jax.vmap(solve_spd)(a[idx[:, :, None], idx[:, None, :]], b[idx]))
+    return x
 
 
 # ------------------------------------------------------------------ LU (partial pivoting)

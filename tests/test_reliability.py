@@ -111,6 +111,20 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
             g_mat, g_r = jax.jit(jax.grad(lambda m, v: jnp.sum(jnp.sin(fn(m, v))), argnums=(0, 1)))(mat, r)
             np.testing.assert_allclose(g_r, b_bar, rtol=1e-8)
             np.testing.assert_allclose(g_mat, -np.outer(b_bar, x), rtol=1e-8, atol=1e-12)
+    # block diagonal (the mass matrix over kinematic trees): blocks of sizes 2, 3, 2 (two batched
+    # solves), labels out of order; values and gradients of the dense solve (on the blocks)
+    labels = (4, 4, 1, 1, 1, 7, 7)
+    blocks = linalg.diagonal_blocks(labels)
+    assert [blk.shape for blk in blocks] == [(2, 2), (1, 3)]
+    same = np.equal.outer(labels, labels)
+    k = rng.normal(size=(7, 7))
+    c = np.where(same, k @ k.T + 7 * np.eye(7), 0.0)
+    r = rng.normal(size=7)
+    np.testing.assert_allclose(linalg.solve_spd_blocks(c, r, blocks), np.linalg.solve(c, r), rtol=1e-12)
+    grads = [jax.grad(lambda m, v: jnp.sum(jnp.sin(fn(m, v))), argnums=(0, 1))(c, r)
+             for fn in (linalg.solve_spd, lambda m, v: linalg.solve_spd_blocks(m, v, blocks))]
+    np.testing.assert_allclose(grads[1][1], grads[0][1], rtol=1e-12)
+    np.testing.assert_allclose(grads[1][0], np.where(same, grads[0][0], 0.0), rtol=1e-12, atol=1e-15)
     # the NCP's solves (CPU: LU without pivoting), float64 and, on a nonsymmetric matrix of condition
     # ~1e6 (positive-definite symmetric part), float32 backward error
     k = rng.normal(size=(8, 8))
