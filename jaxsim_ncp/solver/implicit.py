@@ -50,7 +50,6 @@ def implicit_solver(
     factorize: Callable[[X, Theta], Any] | None = None,
     solve_transposed: Callable[[Any, X], X] | None = None,
     linearization_point: Callable[[X, Theta, Any], X] | None = None,
-    factor_from_info: Callable[[Any], Any] | None = None,
     solved_from_info: Callable[[Any], X] | None = None,
     fallback: Callable[[Theta, X, X], Theta] | None = None,
 ) -> Callable[[Theta, Any], tuple[X, Any]]:
@@ -65,10 +64,6 @@ def implicit_solver(
     linearization_point(x, theta, aux) -> x_lin: where to differentiate (default x
     itself). The interior-point solver returns its hard solution but differentiates a
     relaxed (smoother) point; residual and factorization are evaluated there.
-
-    factor_from_info(info) -> factor: the solver already factored dg/dx at its solution (the
-    Newton solver's last direction), so reverse mode reuses that factor instead of calling
-    `factorize` again (only without a linearization point).
 
     solved_from_info(info) -> bool: whether x is close enough to a solution of g = 0 to differentiate
     it (default: always). Where it is not, or where the transposed solve is not finite, the implicit
@@ -89,8 +84,6 @@ def implicit_solver(
     def solve_fwd(theta, aux):
         x, info = solver(theta, aux)
         solved = jnp.asarray(True) if solved_from_info is None else solved_from_info(info)
-        if factor_from_info is not None and linearization_point is None:
-            return (x, info), (x, theta, aux, factor_from_info(info), solved, x)
         x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
         return (x, info), (x_lin, theta, aux, factorize(x_lin, theta), solved, x)
 
