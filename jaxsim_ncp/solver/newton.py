@@ -360,7 +360,7 @@ def _minimize(
 
     Each iteration factors the Hessian once, at its top (as mj_solNewton): a loop that ends on
     improvement, gradient or the iteration cap does not factor at its last iterate (the
-    humanoid at iterations = 1: 2 factorizations per step with M's, not 3; CPU 17% faster), so
+    humanoid at iterations = 1: 2 factorizations per step with M's, not 3; 15% less CPU time), so
     there the decrement test is not made (early exit) and reverse mode's implicit gradient
     factors the Hessian at the solution itself.
 
