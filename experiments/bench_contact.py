@@ -170,9 +170,9 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # ru_maxrss is in KiB on Linux
 
 
-def measure(model_name: str, sim: str, batch: int, steps: int, repeats: int, seed: int, budget: float,
-            max_mem_gb: float, out_npz: str) -> dict[str, Any]:
-    """Compile and time one configuration; writes the final (qpos, qvel) to out_npz."""
+def batched_rollout(model_name: str, sim: str, batch: int, steps: int, seed: int):
+    """(jit(vmap(rollout)), (model, data, ctrl)) of one configuration: a rollout of `steps` steps
+    returning the final (qpos, qvel) per world, and its inputs (`inputs`) in the simulator's dtype."""
     import jax
     import jax.numpy as jnp
 
@@ -204,9 +204,16 @@ def measure(model_name: str, sim: str, batch: int, steps: int, repeats: int, see
     dt = data0.qpos.dtype
     data = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), data0)
     data = data.replace(qpos=jnp.asarray(qpos, dt), qvel=jnp.asarray(qvel, dt))
-    ctrl = jnp.asarray(ctrl, dt)
     fn = jax.jit(jax.vmap(rollout, in_axes=(None, 0, 0)))
+    return fn, (model, data, jnp.asarray(ctrl, dt))
 
+
+def measure(model_name: str, sim: str, batch: int, steps: int, repeats: int, seed: int, budget: float,
+            max_mem_gb: float, out_npz: str) -> dict[str, Any]:
+    """Compile and time one configuration; writes the final (qpos, qvel) to out_npz."""
+    import jax
+
+    fn, (model, data, ctrl) = batched_rollout(model_name, sim, batch, steps, seed)
     t0 = time.perf_counter()
     compiled = fn.lower(model, data, ctrl).compile()
     compile_s = time.perf_counter() - t0

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
-from bench_contact import MODELS, inputs, load_model  # noqa: E402
+from bench_contact import MODELS, batched_rollout  # noqa: E402
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?metadata=\{([^}]*)\}")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
@@ -71,41 +71,6 @@ def hlo_sources(hlo_text: str) -> dict[str, tuple[str, str]]:
         out[m.group(1)] = val
         out.setdefault(m.group(1).replace(".", "_"), val)  # GPU kernels are named after their fusion
     return out
-
-
-def build(model_name: str, sim: str, batch: int, steps: int):
-    import jax
-    import jax.numpy as jnp
-
-    m, qpos0, sigma, amp = load_model(model_name)
-    qpos, qvel, ctrl = inputs(m, qpos0, sigma, amp, batch, steps, 0)
-    if sim == "ours":
-        import jaxsim_ncp as jsn
-
-        model = jsn.from_mujoco(m)
-        data0 = jsn.make_data(model)
-
-        def rollout(model, data, ctrl):
-            final, _ = jsn.rollout(model, data, ctrl)
-            return final.qpos, final.qvel
-    else:
-        from mujoco import mjx
-
-        model = mjx.put_model(m)
-        data0 = mjx.make_data(model)
-
-        def rollout(mx, data, ctrl):
-            def body(d, u):
-                return mjx.step(mx, d.replace(ctrl=u)), None
-
-            final, _ = jax.lax.scan(body, data, ctrl)
-            return final.qpos, final.qvel
-
-    dt = data0.qpos.dtype
-    data = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), data0)
-    data = data.replace(qpos=jnp.asarray(qpos, dt), qvel=jnp.asarray(qvel, dt))
-    fn = jax.jit(jax.vmap(rollout, in_axes=(None, 0, 0)))
-    return fn, (model, data, jnp.asarray(ctrl, dt))
 
 
 def load_trace(log_dir: pathlib.Path) -> list[dict]:
@@ -167,7 +132,7 @@ def main() -> None:
 
     import jax
 
-    fn, fargs = build(args.model, args.sim, args.batch, args.steps)
+    fn, fargs = batched_rollout(args.model, args.sim, args.batch, args.steps, seed=0)
     t0 = time.perf_counter()
     compiled = fn.lower(*fargs).compile()
     print(f"{args.sim} {args.model} B={args.batch} T={args.steps} on {jax.devices()[0].device_kind}: "
