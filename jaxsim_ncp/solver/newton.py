@@ -383,17 +383,22 @@ def _minimize(
         p = -linalg.solve_spd(H, st.grad) if not early_exit else -linalg.cho_solve(linalg.cho_factor(H), st.grad)
         return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
 
-    def decrement_converged(decrement, st: _State, count):
+    def gradient_norm(st: _State):
+        return scale * jnp.sqrt(per_island(jax.lax.stop_gradient(st.grad) ** 2))
+
+    st0 = _state_at(qacc0, problem, kinds, cone)
+    small_start_gradient = gradient_norm(st0) < tolerance
+
+    def decrement_converged(decrement, count):
         """The decrement test; before an island's first step its gradient must be small too."""
-        gradient = scale * jnp.sqrt(per_island(jax.lax.stop_gradient(st.grad) ** 2))
-        return (decrement < tolerance) & ((count > 0) | (gradient < tolerance))
+        return (decrement < tolerance) & ((count > 0) | small_start_gradient)
 
     def newton_iteration(carry, _):
         # The direction is computed at the top, as mj_solNewton does: an island stopped by its
         # improvement or gradient, or by the iteration cap, costs no factorization it would not use.
         st, done, count = carry
         p, decrement = direction(st)
-        done = done | decrement_converged(decrement, st, count)
+        done = done | decrement_converged(decrement, count)
         Jp = apply(efc, p)
         gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * (M @ p)))
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
@@ -415,11 +420,10 @@ def _minimize(
             step_p = step * p
         new = _state_at(st.qacc + step_p, problem, kinds, cone)
         improvement = scale * ls_improvement
-        gradient = scale * jnp.sqrt(per_island(jax.lax.stop_gradient(new.grad) ** 2))
-        converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient < tolerance)
+        converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient_norm(new) < tolerance)
         return (new, done | converged, count + moved.astype(count.dtype)), None
 
-    init = (_state_at(qacc0, problem, kinds, cone), jnp.zeros(n_islands, bool), jnp.zeros(n_islands, jnp.int32))
+    init = (st0, jnp.zeros(n_islands, bool), jnp.zeros(n_islands, jnp.int32))
     if early_exit:  # not differentiated (implicit mode): stop once converged, at most `iterations`
         st, done, count = jax.lax.while_loop(
             lambda c: jnp.any(~c[1]) & (jnp.max(c[2]) < iterations), lambda c: newton_iteration(c, None)[0], init
@@ -434,7 +438,7 @@ def _minimize(
     solution = jax.lax.stop_gradient(st.qacc)
     final = _state_at(solution, problem, kinds, cone)
     p_fixed, decrement = direction(final)
-    done = done | decrement_converged(decrement, final, count)  # the last iterate's decrement test
+    done = done | decrement_converged(decrement, count)  # the last iterate's decrement test
     p_fixed = jnp.where(jnp.isfinite(p_fixed), p_fixed, 0.0)  # adds zero to the value, whatever H is
     settled = island.spread(done, isl.dof) | (isl.dof == isl.count)
     qacc = jnp.where(settled, solution + (p_fixed - jax.lax.stop_gradient(p_fixed)), st.qacc)
