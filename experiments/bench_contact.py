@@ -170,9 +170,10 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # ru_maxrss is in KiB on Linux
 
 
-def batched_rollout(model_name: str, sim: str, batch: int, steps: int, seed: int):
+def batched_rollout(model_name: str, sim: str, batch: int, steps: int, seed: int, options: dict | None = None):
     """(jit(vmap(rollout)), (model, data, ctrl)) of one configuration: a rollout of `steps` steps
-    returning the final (qpos, qvel) per world, and its inputs (`inputs`) in the simulator's dtype."""
+    returning the final (qpos, qvel) per world, and its inputs (`inputs`) in the simulator's dtype.
+    `options`: overrides for ours (`jsn.from_mujoco` keywords, e.g. grad_mode)."""
     import jax
     import jax.numpy as jnp
 
@@ -182,7 +183,7 @@ def batched_rollout(model_name: str, sim: str, batch: int, steps: int, seed: int
     if sim == "ours":
         import jaxsim_ncp as jsn
 
-        model = jsn.from_mujoco(m)
+        model = jsn.from_mujoco(m, **(options or {}))
         data0 = jsn.make_data(model)
 
         def rollout(model, data, ctrl):
@@ -209,11 +210,11 @@ def batched_rollout(model_name: str, sim: str, batch: int, steps: int, seed: int
 
 
 def measure(model_name: str, sim: str, batch: int, steps: int, repeats: int, seed: int, budget: float,
-            max_mem_gb: float, out_npz: str) -> dict[str, Any]:
+            max_mem_gb: float, out_npz: str, options: dict | None = None) -> dict[str, Any]:
     """Compile and time one configuration; writes the final (qpos, qvel) to out_npz."""
     import jax
 
-    fn, (model, data, ctrl) = batched_rollout(model_name, sim, batch, steps, seed)
+    fn, (model, data, ctrl) = batched_rollout(model_name, sim, batch, steps, seed, options)
     t0 = time.perf_counter()
     compiled = fn.lower(model, data, ctrl).compile()
     compile_s = time.perf_counter() - t0
@@ -254,7 +255,7 @@ def worker_main(args) -> None:
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
     res = measure(args.models[0], args._worker, args.batch[0], args.steps, args.repeats, args.seed,
-                  args.budget, args.max_mem_gb, args._out)
+                  args.budget, args.max_mem_gb, args._out, json.loads(args.options))
     _emit(**res)
 
 
@@ -321,7 +322,7 @@ def run_isolated(args, model_name: str, sim: str, batch: int, steps: int, out_np
     cmd = [sys.executable, os.path.abspath(__file__), "--_worker", sim, "--_out", out_npz,
            "--models", model_name, "--batch", str(batch), "--steps", str(steps), "--repeats", str(args.repeats),
            "--seed", str(args.seed), "--budget", str(args.budget), "--max-mem-gb", str(args.max_mem_gb),
-           "--dtype", args.dtype]
+           "--dtype", args.dtype, "--options", args.options]
     hard = 2 * args.budget + 180  # start-up + compile (not budgeted) + run time (budgeted, may overshoot once)
     out = Outcome()
     run_child_process(cmd, hard, out_npz, out, label=f"{sim} B={batch}")
@@ -334,7 +335,8 @@ def run_isolated(args, model_name: str, sim: str, batch: int, steps: int, out_np
 def run_in_process(args, model_name: str, sim: str, batch: int, steps: int, out_npz: str) -> Outcome:
     t0 = time.perf_counter()
     try:
-        res = measure(model_name, sim, batch, steps, args.repeats, args.seed, args.budget, args.max_mem_gb, out_npz)
+        res = measure(model_name, sim, batch, steps, args.repeats, args.seed, args.budget, args.max_mem_gb, out_npz,
+                      json.loads(args.options))
     except Exception as e:  # noqa: BLE001 - e.g. XLA RESOURCE_EXHAUSTED
         print(f"   [{sim} B={batch}] failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
         return Outcome(status="crashed", wall_s=time.perf_counter() - t0)
@@ -403,7 +405,7 @@ def bench_model(args, name: str, tmp: str) -> None:
     results: dict[tuple[str, int], Outcome] = {}
     last: dict[str, tuple[int, Outcome]] = {}
     for batch in args.batch:
-        for sim in SIMS:
+        for sim in args.sims:
             prev_batch, prev = last.get(sim, (None, None))
             reason = estimate_skip(args, prev, prev_batch, batch)
             if reason:
@@ -430,7 +432,7 @@ def bench_model(args, name: str, tmp: str) -> None:
     print("-" * len(header))
     notes = []
     for batch in args.batch:
-        a, b = results["ours", batch], results["mjx", batch]
+        a, b = results.get(("ours", batch), Outcome()), results.get(("mjx", batch), Outcome())
         ratio = a.steps_per_s / b.steps_per_s if a.ok and b.ok else float("nan")
         cratio = a.compile_s / b.compile_s
         dq = dv = float("nan")
@@ -471,6 +473,8 @@ def main() -> None:
                         help="skip configurations whose XLA buffers exceed this (default: half the free memory)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sims", nargs="+", choices=SIMS, default=list(SIMS), help="simulators to run (default both)")
+    parser.add_argument("--options", default="{}", help='ours: jsn.from_mujoco overrides as JSON, e.g. \'{"grad_mode": "unroll"}\'')
     parser.add_argument("--in-process", action="store_true", help="no child processes (no hard timeouts)")
     parser.add_argument("--_worker", choices=SIMS, help=argparse.SUPPRESS)
     parser.add_argument("--_out", help=argparse.SUPPRESS)

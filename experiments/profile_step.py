@@ -127,12 +127,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--calls", type=int, default=2, help="timed calls inside the trace")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--options", default="{}", help="ours: jsn.from_mujoco overrides as JSON (bench_contact --options)")
     parser.add_argument("--out", default=None, help="keep the trace and the optimized HLO here")
     args = parser.parse_args()
 
     import jax
 
-    fn, fargs = batched_rollout(args.model, args.sim, args.batch, args.steps, seed=0)
+    fn, fargs = batched_rollout(args.model, args.sim, args.batch, args.steps, seed=0, options=json.loads(args.options))
     t0 = time.perf_counter()
     compiled = fn.lower(*fargs).compile()
     print(f"{args.sim} {args.model} B={args.batch} T={args.steps} on {jax.devices()[0].device_kind}: "
