@@ -108,20 +108,31 @@ def _lookahead(model: Model, data: Data, length: jax.Array):
 
     A geom's speed is bounded by |v_center| + |omega| rbound; its lookahead is twice the
     distance it covers in a step at that speed, plus h^2 |g| and 1% of the length scale
-    (so resting contacts stay in the set). Not differentiated: it only selects contacts.
+    (so resting contacts stay in the set). The speed is the larger of the start velocity's and
+    that of v + h qacc_smooth, where the smooth forces alone take it by the end of the step:
+    actuators can drive a joint through its limit, or a foot into the floor, faster than the
+    start velocity says (the MJX humanoid at dt = 0.05: a limit left out of the problem was
+    crossed by 0.11 rad in one step). Not differentiated: it only selects contacts.
     """
     h = model.opt.timestep
     topo = model.topology
     body = np.asarray(topo.geom_bodyid, dtype=np.int64)
     root = np.asarray(topo.body_rootid, dtype=np.int64)[body]
-    ang, lin = data.cvel[body, :3], data.cvel[body, 3:]
-    center = lin + jnp.cross(ang, data.geom_xpos - data.subtree_com[root])
-    speed = jnp.linalg.norm(center, axis=-1) + jnp.linalg.norm(ang, axis=-1) * model.geom_rbound
-    floor = h**2 * jnp.linalg.norm(model.opt.gravity) + 0.01 * length
-    geom = 2.0 * h * speed + floor
     dofs = np.asarray(topo.jnt_dofadr, dtype=np.int64)[np.asarray(model.constraints.limit_jnts, dtype=np.int64)]
     tendons = np.asarray(model.constraints.limit_tendons, dtype=np.int64)
-    limit = 2.0 * h * jnp.abs(jnp.concatenate([data.qvel[dofs], data.ten_velocity[tendons]])) + 0.01
+
+    def speeds(qvel):
+        """(geom speed bound, limited joint and tendon speeds) at generalized velocity qvel."""
+        cvel = smooth.com_vel(model, data.replace(qvel=qvel)).cvel
+        ang, lin = cvel[body, :3], cvel[body, 3:]
+        center = lin + jnp.cross(ang, data.geom_xpos - data.subtree_com[root])
+        geom = jnp.linalg.norm(center, axis=-1) + jnp.linalg.norm(ang, axis=-1) * model.geom_rbound
+        return geom, jnp.abs(jnp.concatenate([qvel[dofs], data.ten_J[tendons] @ qvel]))
+
+    (geom_start, limit_start), (geom_end, limit_end) = speeds(data.qvel), speeds(data.qvel + h * data.qacc_smooth)
+    floor = h**2 * jnp.linalg.norm(model.opt.gravity) + 0.01 * length
+    geom = 2.0 * h * jnp.maximum(geom_start, geom_end) + floor
+    limit = 2.0 * h * jnp.maximum(limit_start, limit_end) + 0.01
     return jax.lax.stop_gradient(geom), jax.lax.stop_gradient(limit)
 
 
