@@ -18,7 +18,7 @@ steps) and the model's timestep (``--dt`` overrides it):
   Every world starts from the model's start state plus a random qvel perturbation
   (sigma 0.05 pile, 0.1 humanoid) and gets random controls uniform in the control range
   (the pile has none); inputs are identical for both solvers. Solver settings: NCP at
-  the library defaults (``iterations=30``, kappa=1e-8, kappa_grad=1e-4, ncp_passes=2;
+  the library defaults (``iterations=30``, kappa=1e-8, kappa_grad=1e-4, ncp_passes=4;
   ``--ncp-iterations``, ``--kappa``, ``--kappa-grad``, ``--ncp-passes``; ``--max-geom-pairs N``: a
   contact capacity for both solvers, with which the NCP solves only that many pairs' units), Newton at
   ``--newton-iterations`` (10) / ``--newton-ls-iterations`` (20), where both models reach
@@ -516,7 +516,7 @@ def main() -> None:
     parser.add_argument("--ncp-iterations", type=int, default=None, help="NCP iterations (default: the library's, 30)")
     parser.add_argument("--kappa", type=float, default=1e-8, help="NCP central-path parameter (default 1e-8)")
     parser.add_argument("--kappa-grad", type=float, default=1e-4, help="NCP gradient relaxation (default 1e-4)")
-    parser.add_argument("--ncp-passes", type=int, default=2, help="NCP re-linearized passes (default 2)")
+    parser.add_argument("--ncp-passes", type=int, default=4, help="NCP re-linearized passes (default 4)")
     parser.add_argument("--max-geom-pairs", type=int, default=None,
                         help="part 1: contact capacity for both solvers (the NCP then solves only that many pairs' units)")
     parser.add_argument("--newton-iterations", type=int, default=10, help="Newton iterations (default 10)")

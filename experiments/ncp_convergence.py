@@ -455,7 +455,7 @@ def main() -> None:
     parser.add_argument("--integrator", choices=("euler", "implicitfast"), default="euler", help="drops and stack")
     parser.add_argument("--iterations", type=int, default=None, help="NCP iteration budget (default: the library's, 30)")
     parser.add_argument("--kappa", type=float, default=1e-8)
-    parser.add_argument("--ncp-passes", type=int, default=2)
+    parser.add_argument("--ncp-passes", type=int, default=4)
     parser.add_argument("--worlds", type=int, nargs=2, metavar=("START", "STOP"), default=None,
                         help="run only worlds START..STOP-1 of the batch (the same worlds as in the full run: split a slow run)")
     parser.add_argument("--seed", type=int, default=0)

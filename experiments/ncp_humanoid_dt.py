@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=2.0)
     parser.add_argument("--amplitudes", type=float, nargs="+", default=[0.0, 0.2, 0.3, 0.5, 1.0])
     parser.add_argument("--integrator", choices=("euler", "implicitfast"), default="implicitfast")
-    parser.add_argument("--ncp-passes", type=int, default=2)
+    parser.add_argument("--ncp-passes", type=int, default=4)
     parser.add_argument("--f32", action="store_true", help="float32 (default float64)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--csv", type=pathlib.Path, default=pathlib.Path(__file__).parent / "results" / "ncp_humanoid_dt.csv")

@@ -9,7 +9,7 @@ Prints the share of steps deeper than 1 mm, the deepest, the median over worlds 
 world's deepest, the same for steps that start from a state within 0.1 mm (what one step
 does from a clean state), and the share of unconverged solves.
 
-    .venv/bin/python experiments/ncp_humanoid_worlds.py --amplitude 0.3 --ncp-passes 2   # ~1 min on 2 cores
+    .venv/bin/python experiments/ncp_humanoid_worlds.py --amplitude 0.3 --ncp-passes 4   # ~1 min on 2 cores
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bench_contact import humanoid_path  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--amplitude", type=float, default=0.3)
-    parser.add_argument("--ncp-passes", type=int, default=2)
+    parser.add_argument("--ncp-passes", type=int, default=4)
     parser.add_argument("--worlds", type=int, default=12)
     parser.add_argument("--dt", type=float, default=0.05)
     parser.add_argument("--duration", type=float, default=2.0)

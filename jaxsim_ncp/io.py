@@ -85,7 +85,7 @@ def from_mujoco(
     kappa: float = 1e-8,
     kappa_grad: float = 1e-4,
     newton_early_exit: bool | None = None,
-    ncp_passes: int = 2,
+    ncp_passes: int = 4,
     ncp_early_exit: bool = True,
     ncp_recovery_speed: float = 1.0,
     cfd: CFD | None = None,
