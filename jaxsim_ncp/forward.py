@@ -121,15 +121,16 @@ def _lookahead(model: Model, data: Data, length: jax.Array):
     dofs = np.asarray(topo.jnt_dofadr, dtype=np.int64)[np.asarray(model.constraints.limit_jnts, dtype=np.int64)]
     tendons = np.asarray(model.constraints.limit_tendons, dtype=np.int64)
 
-    def speeds(qvel):
-        """(geom speed bound, limited joint and tendon speeds) at generalized velocity qvel."""
-        cvel = smooth.com_vel(model, data.replace(qvel=qvel)).cvel
+    def speeds(qvel, cvel):
+        """(geom speed bound, limited joint and tendon speeds) at generalized velocity qvel (body velocities cvel)."""
         ang, lin = cvel[body, :3], cvel[body, 3:]
         center = lin + jnp.cross(ang, data.geom_xpos - data.subtree_com[root])
         geom = jnp.linalg.norm(center, axis=-1) + jnp.linalg.norm(ang, axis=-1) * model.geom_rbound
         return geom, jnp.abs(jnp.concatenate([qvel[dofs], data.ten_J[tendons] @ qvel]))
 
-    (geom_start, limit_start), (geom_end, limit_end) = speeds(data.qvel), speeds(data.qvel + h * data.qacc_smooth)
+    qvel_end = data.qvel + h * data.qacc_smooth
+    geom_start, limit_start = speeds(data.qvel, data.cvel)  # forward's mj_comVel already holds them
+    geom_end, limit_end = speeds(qvel_end, smooth.com_vel(model, data.replace(qvel=qvel_end)).cvel)
     floor = h**2 * jnp.linalg.norm(model.opt.gravity) + 0.01 * length
     geom = 2.0 * h * jnp.maximum(geom_start, geom_end) + floor
     limit = 2.0 * h * jnp.maximum(limit_start, limit_end) + 0.01
