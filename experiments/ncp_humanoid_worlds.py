@@ -15,6 +15,7 @@ does from a clean state), and the share of unconverged solves.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--worlds", type=int, default=12)
     parser.add_argument("--dt", type=float, default=0.05)
     parser.add_argument("--duration", type=float, default=2.0)
+    parser.add_argument("--options", default="{}", help="JSON overrides for from_mujoco, e.g. '{\"ncp_nonlinear_gap\": false}'")
     args = parser.parse_args()
 
     import jax
@@ -46,7 +48,8 @@ def main() -> None:
     m.opt.integrator = mujoco.mjtIntegrator.mjINT_IMPLICITFAST
     qpos0 = np.array(m.key_qpos[mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "squat")])
     steps = int(round(args.duration / args.dt))
-    model = jsn.from_mujoco(m, solver="ncp", integrator="implicitfast", ncp_passes=args.ncp_passes)
+    model = jsn.from_mujoco(m, solver="ncp", integrator="implicitfast", ncp_passes=args.ncp_passes,
+                            **json.loads(args.options))
     data = jsn.make_data(model).replace(qpos=jnp.asarray(qpos0))
     lo, hi = m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]
     amp = args.amplitude
@@ -62,7 +65,7 @@ def main() -> None:
             depth[b, k] = -1e3 * min([0.0] + [d.contact[i].dist for i in range(d.ncon)])
     before = np.concatenate([np.zeros((args.worlds, 1)), depth[:, :-1]], axis=1)
     fresh = depth[before < 0.1]
-    print(f"humanoid dt={args.dt} amplitude={amp} ncp_passes={args.ncp_passes}: {args.worlds} worlds x {steps} steps; "
+    print(f"humanoid dt={args.dt} amplitude={amp} ncp_passes={args.ncp_passes} {args.options}: {args.worlds} worlds x {steps} steps; "
           f"steps > 1 mm {np.mean(depth > 1):.3f}, deepest {depth.max():.1f} mm, median of each world's deepest "
           f"{np.median(depth.max(axis=1)):.2f} mm; from a state within 0.1 mm: > 1 mm {np.mean(fresh > 1):.3f}, "
           f"deepest {fresh.max():.2f} mm; unconverged {np.mean(~np.asarray(traj.solver_converged)):.3f}")

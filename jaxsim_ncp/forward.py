@@ -193,15 +193,28 @@ def _ncp_solve(model: Model, data: Data) -> Data:
             rows = rows._replace(gap=rows.gap - h * (rows.J[:, 0] @ qvel_lin), pos_e=rows.pos_e - h * (rows.Je @ qvel_lin))
         return d.contact, recovery_limited(rows)
 
-    def solve(rows, skip=False, kappa=kappa, step=(mass, momentum, a_ref, h), solved=None, start=None):
+    def problem(rows, step, G=None):
         mass, momentum, a_ref, h = step
-        problem = ncp.Problem(
+        return ncp.Problem(
             M=mass, momentum=momentum, h=h, J=rows.J, gap=rows.gap, mu=rows.mu, Je=rows.Je, pos_e=rows.pos_e,
             P=a_ref * h / rows.inv_mass, Pe=a_ref * h / rows.inv_mass_e, L=length, V=length / h,
-            active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype),
+            active=rows.active.astype(h.dtype), friction=jnp.asarray(rows.friction, h.dtype), G=G,
         )  # fmt: skip
-        sol = ncp.solve(problem, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip, solved, start)
-        return sol._replace(impulse=constraint.expand_units(model, rows, sol.impulse))  # full unit layout
+
+    def full_layout(rows, sol):
+        return sol._replace(impulse=constraint.expand_units(model, rows, sol.impulse))
+
+    def solve(rows, skip=False, kappa=kappa, step=(mass, momentum, a_ref, h), solved=None, start=None, G=None):
+        p = problem(rows, step, G)
+        return full_layout(rows, ncp.solve(p, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip, solved, start))
+
+    def nonlinear_rows(rows0, rows):
+        """A nonlinear pass's problem rows at velocity v: rows0 (the pass's start: units, impulse
+        directions, tangents) with the gap and normal row of `rows` (at q (+) h v, linearized about v)
+        for every unit present in both; returns (rows, G) for `problem`."""
+        same = rows.active & rows0.active & (rows.index == rows0.index)
+        normal = jnp.where(same[:, None], rows.J[:, 0], rows0.J[:, 0])
+        return rows0._replace(gap=jnp.where(same, rows.gap, rows0.gap)), rows0.J.at[:, 0].set(normal)
 
     def penetration(rows, qvel_lin):
         """Depth of the deepest active unit at q (+) h qvel_lin (rows evaluated there; 0: none)."""
@@ -226,20 +239,42 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         needed = (first | (depth > 1e-5 * length)) & ~judge_only
         # a re-linearized pass starts from the last pass's solution (`ncp.warm_point`)
         start = (last[0].qvel, last[0].impulse[rows.index], last[0].impulse_e, ~first)
-        last = math.tree_where(needed, (solve(rows, skip=~needed, step=frozen_step, start=start), qvel_lin), last)
+        linear_pass = lambda: (solve(rows, skip=~needed, step=frozen_step, start=start), qvel_lin, False)  # noqa: E731
+        if not nonlinear:
+            new = linear_pass()
+        else:  # the first pass linear, the later ones with the gap evaluated at every iterate
+
+            def nonlinear_pass():
+                def relinearize(v):
+                    rows_v, G = nonlinear_rows(rows, rows_at(v, frozen_data)[1])
+                    return problem(rows_v, frozen_step, G)
+
+                sol = ncp.solve_nonlinear(problem(rows, frozen_step), relinearize, kappa, tolerance, opt.iterations,
+                                          opt.ncp_early_exit, ~needed, start[:3])  # fmt: skip
+                return full_layout(rows, sol), qvel_lin, True
+
+            new = jax.lax.cond(first, linear_pass, nonlinear_pass)
+        last = math.tree_where(needed, new, last)
         return (best, best_depth, last), None
 
+    # the units keep their slots from one configuration to the next unless a contact capacity compacts them
+    nonlinear = opt.ncp_nonlinear_gap and opt.max_geom_pairs is None
     if opt.ncp_passes == 1:
         contact, rows = rows_at()
         sol = solve(rows)
     else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
-        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel)))
+        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel, False)))
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), flags)
-        kept, qvel_lin = best
+        kept, qvel_lin, kept_nonlinear = best
         contact, rows = rows_at(qvel_lin)
-        sol = solve(rows, solved=(kept.x, kept.converged, kept.iterations))
+        G = None
+        if nonlinear:  # a nonlinear pass's solution solves its rows at its own velocity (`ncp.solve_nonlinear`)
+            rows_end, G_end = nonlinear_rows(rows, rows_at(jax.lax.stop_gradient(kept.qvel))[1])
+            rows = rows._replace(gap=jnp.where(kept_nonlinear, rows_end.gap, rows.gap))
+            G = jnp.where(kept_nonlinear, G_end, rows.J)
+        sol = solve(rows, solved=(kept.x, kept.converged, kept.iterations), G=G)
 
     def generalized(rows, sol):
         """J^T impulse of a solve, in generalized coordinates."""

@@ -456,6 +456,7 @@ class Option(eqx.Module):
     kappa_grad: float = eqx.field(static=True, default=1e-4)  # NCP: central-path point the gradient is taken at
     newton_early_exit: bool | None = eqx.field(static=True, default=None)  # Newton, implicit mode: while_loops or scans (None: by platform)
     ncp_passes: int = eqx.field(static=True, default=4)  # NCP: solves per step (re-linearized where one penetrates)
+    ncp_nonlinear_gap: bool = eqx.field(static=True, default=True)  # NCP: passes after the first evaluate the gap at every iterate
     ncp_early_exit: bool = eqx.field(static=True, default=True)  # NCP: stop iterating once every world converged
     ncp_recovery_speed: float = eqx.field(static=True, default=1.0)  # NCP: penetration undone at most this fast (inf: in one step)
     cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)

@@ -105,6 +105,13 @@ class Problem(NamedTuple):
     V: Float[Array, ""]  # velocity scale L / h
     active: Float[Array, " nu"]  # 1: the unit takes part in this solve
     friction: Float[Array, " nu"]  # 1: the unit has a friction cone
+    # the rows of the velocity terms (gap, tangential velocity) where they are not J, the impulses'
+    # directions (`solve_nonlinear`: the normal row at the new configuration); None: J
+    G: Float[Array, "nu 3 nv"] | None = None
+
+
+def _velocity_rows(p: Problem) -> Array:
+    return p.J if p.G is None else p.G
 
 
 class Solution(NamedTuple):
@@ -208,7 +215,7 @@ def residual(x, p: Problem, kappa) -> Array:
     """The full residual r(w; theta, kappa) (Dojo eq. 28): momentum, equalities, units."""
     p = _constants(p)
     v, le, u = _unpack(x, p)
-    Jv = jnp.einsum("ckn,n->ck", p.J, v)
+    Jv = jnp.einsum("ckn,n->ck", _velocity_rows(p), v)
     r_u = jax.vmap(_unit_residual, (0, 0, 0, None, 0, None, None, None, 0, 0))(
         u, Jv, p.gap, p.h, p.mu, p.L, p.V, kappa, p.active, p.friction
     )
@@ -279,7 +286,7 @@ def factorize(x, p: Problem, nt: NT | None = None) -> Factor:
     unit_inv = _unit_inverse(u, p, nt)
     AinvB = unit_inv[:, :, :3] * _velocity_coefficients(p)[:, None, :]
     W = _unit_force(AinvB, p)  # (nu, 3, 3): d impulse / d(J v)
-    H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, p.J)
+    H = p.M + jnp.einsum("cka,ckl,clb->ab", p.J, W, _velocity_rows(p))
     ne = p.Je.shape[0]
     top = jnp.concatenate([H, -p.Je.T * p.Pe[None, :]], axis=1)
     bottom = jnp.concatenate([p.h * p.Je / p.L, _equality_regularization(H.dtype) * jnp.eye(ne, dtype=H.dtype)], axis=1)
@@ -295,7 +302,7 @@ def newton_direction(factor: Factor, p: Problem, r) -> Array:
     rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, _unit_force(Ainv_r, p))
     d = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, -r_e]))
     dv, dle = d[:nv], d[nv:]
-    du = -(Ainv_r + _blocks_times(factor.AinvB, jnp.einsum("ckn,n->ck", p.J, dv)))
+    du = -(Ainv_r + _blocks_times(factor.AinvB, jnp.einsum("ckn,n->ck", _velocity_rows(p), dv)))
     return _pack(dv, dle, du)
 
 
@@ -305,7 +312,7 @@ def transposed_solve(factor: Factor, p: Problem, b) -> Array:
     nv = p.M.shape[0]
     b_v, b_e, b_u = _unpack(b, p)
     Bt_Ainvt_b = _blocks_transposed_times(factor.AinvB, b_u)  # (A^-1 B)^T b_u, (nu, 3)
-    rhs_v = b_v - jnp.einsum("ckn,ck->n", p.J, Bt_Ainvt_b)
+    rhs_v = b_v - jnp.einsum("ckn,ck->n", _velocity_rows(p), Bt_Ainvt_b)
     y = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, b_e]), trans=True)
     y_v, y_e = y[:nv], y[nv:]
     FtJy = _unit_force_transposed(jnp.einsum("ckn,n->ck", p.J, y_v), p)
@@ -444,7 +451,7 @@ def _term_magnitudes(x, p: Problem) -> Array:
     """
     p = _constants(p)
     v, le, u = _unpack(x, p)
-    Jv = jnp.abs(jnp.einsum("ckn,n->ck", p.J, v))
+    Jv = jnp.abs(jnp.einsum("ckn,n->ck", _velocity_rows(p), v))
     gamma, s, xi, eta = jnp.abs(u[:, 0]), u[:, 1], jnp.abs(u[:, 2:5]), jnp.abs(u[:, 5:8])
     m_v = (
         jnp.abs(p.M) @ jnp.abs(v) + jnp.abs(p.momentum) + jnp.abs(p.Je.T) @ jnp.abs(p.Pe * le)
@@ -506,7 +513,7 @@ def warm_point(p: Problem, v, impulse, impulse_e, mu0: float = 0.1):
     Humanoid second passes (re-linearized, 14 of 114 Table V solves) from the first pass's
     solution: 11.1 -> 6.1 iterations on average, 19 -> 10 at most."""
     c = _constants(p)
-    Jv = jnp.einsum("ckn,n->ck", c.J, v)
+    Jv = jnp.einsum("ckn,n->ck", _velocity_rows(c), v)
     r = float(np.sqrt(mu0))
     gamma_hat, s_hat = impulse[:, 0] / c.P, (c.gap + c.h * Jv[:, 0]) / c.L
     loaded = gamma_hat > jnp.maximum(s_hat, 0.0)
@@ -585,9 +592,13 @@ def _centering_step(x, p: Problem, kappa, r):
     return x + _step_length(max_step(u, _unpack(d, p)[2], p)) * d
 
 
-def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_exit: bool, skip=False, restart=None):
+def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_exit: bool, skip=False, restart=None,
+             relinearize=None):
     """At most `iterations` steps; a world whose scaled residual is below tolerance is frozen
     (skip: frozen from the start, its result is not wanted).
+
+    relinearize: v -> Problem (`solve_nonlinear`): the problem is rebuilt at every iterate's
+    velocity (gap and Jacobians at q (+) h v), p being the one at x.
 
     restart: (x_cold, at): a world not converged after `at` steps (traced; negative: never) starts
     again from x_cold (a warm start gone astray), with `iterations` more.
@@ -600,12 +611,15 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     limit = iterations if restart is None else iterations + jnp.maximum(restart[1], 0)
 
     def body(carry):
-        x, r, done, count, best, best_res = carry
+        x, r, done, count, best, best_res, p_now = carry
+        p = fixed if relinearize is None else p_now
         moving = ~done & (count < limit)
         x_new = step_fn(x, p, kappa, r)
         x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)  # never step into NaN
         x = jnp.where(moving, x_new, x)
         count = count + moving.astype(jnp.int32)
+        if relinearize is not None:
+            p = relinearize(_unpack(x, p)[0])
         r = residual(x, p, kappa)  # also the next step's
         res = scaled_residual(x, p, kappa, r)
         better = res < best_res
@@ -614,13 +628,14 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
         if restart is not None:
             again = ~done & (count == restart[1])
             x, r = jnp.where(again, restart[0], x), jnp.where(again, r_cold, r)
-        return x, r, done, count, best, best_res
+        return x, r, done, count, best, best_res, None if relinearize is None else p
 
+    fixed = p
     r0 = residual(x, p, kappa)
     res0 = scaled_residual(x, p, kappa, r0)
     if restart is not None:
         r_cold = residual(restart[0], p, kappa)
-    carry = (x, r0, skip | (res0 <= tolerance), jnp.zeros((), jnp.int32), x, res0)
+    carry = (x, r0, skip | (res0 <= tolerance), jnp.zeros((), jnp.int32), x, res0, None if relinearize is None else p)
     if early_exit:
         carry = jax.lax.while_loop(lambda c: ~c[2] & (c[3] < limit), body, carry)
     else:
@@ -629,7 +644,7 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     # the iterate with the smallest residual (the converged one, for a world that converged): one that
     # ran out of iterations can have wandered far from where it came closest (humanoid at dt 0.05:
     # residual 4e-6 at iteration 10, 3e-2 at iteration 30)
-    _, _, done, count, best, _ = carry
+    _, _, done, count, best, _, _ = carry
     return best, done, count
 
 
@@ -642,6 +657,33 @@ def _impulses_held(p: Problem, x, x_bar) -> Problem:
     y = linalg.solve_spd(p.M, v_bar)  # M is symmetric
     zeros = jax.tree.map(jnp.zeros_like, p)
     return zeros._replace(M=-jnp.outer(y, v), momentum=y)
+
+
+def solve_nonlinear(
+    p: Problem, relinearize, kappa: float, tolerance: float, iterations: int, early_exit: bool = True, skip=False,
+    start=None,
+) -> Solution:
+    """The step's NCP with the gap evaluated at the new configuration at every iteration (Dojo's
+    nonlinear gap): relinearize(v) is the problem p with each unit's gap row evaluated at
+    q (+) h v and linearized about v, gap(q (+) h v) + h G(v) (v' - v), G's normal row the contact
+    normal's Jacobian there; the impulses' directions and the tangential rows stay p's (start: (v0,
+    impulse, impulse_e) of a nearby solution, `warm_point`; None: cold).
+
+    Each interior-point step is then a Newton step of the nonlinear system (up to the rotation's
+    right Jacobian in G), which converges as fast as the linear one near the solution; moving the
+    impulses' directions with the iterate too left 17% of dt = 0.05 humanoid passes unconverged
+    after 30 iterations (their derivative in q is not in the Newton matrix). At the solution v*
+    the linear problem relinearize(v*) has the same rows, and v* solves it:
+    `solve(relinearize(v*), solved=...)` differentiates it. Runs without gradients."""
+    p = p._replace(G=_velocity_rows(p))
+    x0 = initial_point(p) if start is None else warm_point(p, *start)
+    x, done, count = _iterate(_mehrotra_step, x0, p, kappa, tolerance, iterations, early_exit, skip, relinearize=relinearize)
+    v, le, u = _unpack(x, p)
+    p = relinearize(v)
+    return Solution(
+        qvel=v, impulse=_unit_force(u, _constants(p)), impulse_e=p.Pe * le, iterations=count, converged=done,
+        residual=scaled_residual(x, p, kappa), x=x,
+    )  # fmt: skip
 
 
 @functools.partial(jax.jit, static_argnames=("kappa", "kappa_grad", "tolerance", "iterations", "early_exit"))
