@@ -245,12 +245,12 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         else:  # the first pass linear, the later ones with the gap evaluated at every iterate
 
             def nonlinear_pass():
-                def relinearize(v):
+                def relinearize(v):  # model parameters (friction, sizes) reach the rows: cut here, not differentiated
                     rows_v, G = nonlinear_rows(rows, rows_at(v, frozen_data)[1])
-                    return problem(rows_v, frozen_step, G)
+                    return jax.lax.stop_gradient(problem(rows_v, frozen_step, G))
 
-                sol = ncp.solve_nonlinear(problem(rows, frozen_step), relinearize, kappa, tolerance, opt.iterations,
-                                          opt.ncp_early_exit, ~needed, start[:3])  # fmt: skip
+                sol = ncp.solve_nonlinear(jax.lax.stop_gradient(problem(rows, frozen_step)), relinearize, kappa, tolerance, opt.iterations,
+                                          opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
                 return full_layout(rows, sol), qvel_lin, True
 
             new = jax.lax.cond(first, linear_pass, nonlinear_pass)
