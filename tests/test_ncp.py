@@ -6,6 +6,7 @@ leaves: the incline is the flat scene with gravity tilted by theta) and one save
 at every budget.
 """
 
+import functools
 import pathlib
 
 import equinox as eqx
@@ -389,3 +390,46 @@ def test_a_warm_start_converges_to_the_cold_solution_and_restarts_cold_when_astr
     unused = solve(p, starts["unused"])  # the same iterates (another program: round-off aside)
     assert int(unused.iterations) == int(cold.iterations)
     np.testing.assert_allclose(unused.qvel, cold.qvel, rtol=1e-10, atol=1e-12)
+
+
+def test_the_nonlinear_gap_stops_a_swinging_foot_on_the_floor_with_analytic_gradients():
+    """`ncp.solve_nonlinear` on a pendulum whose foot swings into the floor in one step (dt = 0.05,
+    1 rad per step: the arc the humanoid's feet follow at dt = 0.05). Foot at angle t from the
+    vertical, gap(t) = H - R cos t: the linear gap (the tangent at the start) stops the foot ~30 mm
+    above the floor;
+    with the gap evaluated at every iterate the step ends where the arc meets the floor,
+    t0 + h v* = arccos(H / R), and the implicit gradient of that solution (the problem re-linearized
+    at v*, as `forward._ncp_solve` differentiates it) is the analytic dv*/dt0 = -1/h, dv*/dv0 = 0."""
+    from jaxsim_ncp.solver import ncp
+
+    R, H, h, inertia, kappa = 0.5, 0.45, 0.05, 0.25, 1e-10
+    gap = lambda t: H - R * jnp.cos(t)  # noqa: E731
+    slope = jax.grad(gap)
+
+    def problem(t0, v0, v):  # impulses along the normal at t0; the gap at t0 + h v, linearized about v
+        v = jnp.reshape(v, ())
+        t = t0 + h * v
+        J = jnp.zeros((1, 3, 1)).at[0, 0, 0].set(slope(t0))
+        G = J.at[0, 0, 0].set(slope(t))
+        one = jnp.ones(1)
+        return ncp.Problem(
+            M=jnp.full((1, 1), inertia), momentum=inertia * v0[None], h=jnp.asarray(h), J=J, gap=(gap(t) - h * slope(t) * v)[None],
+            mu=0 * one, Je=jnp.zeros((0, 1)), pos_e=jnp.zeros(0), P=one, Pe=jnp.zeros(0), L=jnp.asarray(R),
+            V=jnp.asarray(R / h), active=one, friction=0 * one, G=G,
+        )  # fmt: skip
+
+    def next_velocity(t0, v0):
+        relinearize = functools.partial(problem, *jax.lax.stop_gradient((t0, v0)))
+        sol = ncp.solve_nonlinear(relinearize(jax.lax.stop_gradient(v0)), relinearize, kappa, 1e-10, 60)
+        v_star = jax.lax.stop_gradient(sol.qvel[0])
+        again = ncp.solve(problem(t0, v0, v_star), kappa, kappa, 1e-10, 60, solved=(sol.x, sol.converged, sol.iterations))
+        return again.qvel[0], (sol, ncp.solve(problem(t0, v0, 0.0)._replace(G=None), kappa, kappa, 1e-10, 60))
+
+    t0, v0 = -1.0, 20.0
+    (v, (sol, linear)), grads = jax.jit(jax.value_and_grad(next_velocity, argnums=(0, 1), has_aux=True))(t0, v0)
+    t_contact = -np.arccos(H / R)
+    assert sol.converged and linear.converged
+    assert gap(t0 + h * linear.qvel[0]) > 0.02  # the tangent's prediction: the foot stops in the air
+    np.testing.assert_allclose(t0 + h * v, t_contact, atol=1e-8)
+    assert sol.impulse[0, 0] > 0
+    np.testing.assert_allclose(grads, (-1.0 / h, 0.0), atol=1e-6)
