@@ -92,6 +92,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import json
 import pathlib
 import sys
 import time
@@ -223,7 +224,7 @@ def stack_inputs(rng, m: mujoco.MjModel, batch: int, dts):
 
 def build(scene: str, args, rng):
     """(model, qpos, qvel, geom_friction, timestep, ctrl (B, T, nu)) as numpy float64 inputs."""
-    overrides = dict(solver="ncp", iterations=args.iterations, kappa=args.kappa, ncp_passes=args.ncp_passes)
+    overrides = dict(solver="ncp", iterations=args.iterations, kappa=args.kappa, ncp_passes=args.ncp_passes, **json.loads(args.options))
     b = args.batch if scene != "humanoid" else (args.humanoid_batch or args.batch)
     if scene == "humanoid":
         m = mujoco.MjModel.from_xml_path(str(humanoid_path()))
@@ -456,6 +457,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=None, help="NCP iteration budget (default: the library's, 30)")
     parser.add_argument("--kappa", type=float, default=1e-8)
     parser.add_argument("--ncp-passes", type=int, default=4)
+    parser.add_argument("--options", default="{}", help="JSON overrides for from_mujoco, e.g. '{\"ncp_nonlinear_gap\": false}'")
     parser.add_argument("--worlds", type=int, nargs=2, metavar=("START", "STOP"), default=None,
                         help="run only worlds START..STOP-1 of the batch (the same worlds as in the full run: split a slow run)")
     parser.add_argument("--seed", type=int, default=0)

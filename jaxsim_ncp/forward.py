@@ -15,6 +15,7 @@ import numpy as np
 from . import actuation, constraint, linalg, math, passive, sensor, smooth, tendon
 from . import cfd as cfd_lib
 from .collision import collide
+from .collision.primitives import CAPSULE, PLANE
 from .integrate import adaptive, fixed
 from .solver import ncp, newton
 from .types import Data, Model, WarningKind
@@ -137,6 +138,20 @@ def _lookahead(model: Model, data: Data, length: jax.Array):
     return jax.lax.stop_gradient(geom), jax.lax.stop_gradient(limit)
 
 
+def _fixed_feature_units(model: Model) -> np.ndarray:
+    """Per NCP unit (limits, then contact slots; no contact capacity): True where the unit is the
+    same feature of its pair at every configuration, so its gap can follow the iterate
+    (`ncp.solve_nonlinear`): limits, pairs with one contact, a capsule's two ends on a plane. The
+    other pairs pack their contacts (a box's first four corners below a plane, manifolds), so a
+    slot can hold another corner at the next configuration; those units keep their pass's rows."""
+    layout = model.constraints
+    fixed = [np.ones(layout.nl, bool)]
+    for group in layout.groups:
+        same = group.n_slots == 1 or tuple(group.types) == (PLANE, CAPSULE)
+        fixed.append(np.full(len(group.geom1) * group.n_slots, same))
+    return np.concatenate(fixed)
+
+
 def _ncp_solve(model: Model, data: Data) -> Data:
     """Collision within reach of the step, NCP rows and the interior-point solve (solver/ncp.py).
 
@@ -211,8 +226,9 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     def nonlinear_rows(rows0, rows):
         """A nonlinear pass's problem rows at velocity v: rows0 (the pass's start: units, impulse
         directions, tangents) with the gap and normal row of `rows` (at q (+) h v, linearized about v)
-        for every unit present in both; returns (rows, G) for `problem`."""
-        same = rows.active & rows0.active & (rows.index == rows0.index)
+        for every unit present in both that is the same feature at both (`_fixed_feature_units`);
+        returns (rows, G) for `problem`."""
+        same = rows.active & rows0.active & _fixed_feature_units(model)
         normal = jnp.where(same[:, None], rows.J[:, 0], rows0.J[:, 0])
         return rows0._replace(gap=jnp.where(same, rows.gap, rows0.gap)), rows0.J.at[:, 0].set(normal)
 
@@ -234,8 +250,18 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         qvel_lin = jnp.where(first, 0.0, last[0].qvel)
         contact, rows = rows_at(qvel_lin, frozen_data)
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
-        better = depth < best_depth
-        best, best_depth = math.tree_where(better, last, best), jnp.where(better, depth, best_depth)
+        # a pass that ended far from any solution (`ncp.NEAR_SOLUTION`) counts only where no other is:
+        # an unconverged nonlinear pass can fly off without penetrating (falling bodies at dt = 0.05)
+        near = last[0].converged | (last[0].residual <= ncp.NEAR_SOLUTION)
+        # nor a nonlinear pass that leaves more kinetic energy than the smooth forces alone would:
+        # contact impulses do not add energy (v = 0 is feasible from a non-penetrating start), but a
+        # nonlinear gap can lift a body out of the way of its own rotation (a capsule spinning on the
+        # floor at dt = 0.05 climbed a little more each step, to 3 m and 1e5 m/s)
+        energy = last[0].qvel @ frozen_step[0] @ last[0].qvel
+        near = near & (~last[2] | (energy <= 1.001 * energy_free))
+        score = depth + jnp.where(near, 0.0, 1e6 * length)
+        better = score < best_depth
+        best, best_depth = math.tree_where(better, last, best), jnp.where(better, score, best_depth)
         needed = (first | (depth > 1e-5 * length)) & ~judge_only
         # a re-linearized pass starts from the last pass's solution (`ncp.warm_point`)
         start = (last[0].qvel, last[0].impulse[rows.index], last[0].impulse_e, ~first)
@@ -265,6 +291,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         contact, rows = rows_at()
         sol = solve(rows)
     else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
+        v_free = linalg.solve_spd(frozen_step[0], frozen_step[1])
+        energy_free = v_free @ frozen_step[1]  # 2 x the kinetic energy without constraint impulses
         empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel, False)))
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))

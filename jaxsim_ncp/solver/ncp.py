@@ -56,7 +56,7 @@ Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a fe
 Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
 point is differentiated with the implicit function theorem, reusing the same block
 reduction for the transposed solve. The forward result stays the hard solution. A solve
-that ends unconverged far from any solution (`_DIFFERENTIABLE_RESIDUAL`) is differentiated with
+that ends unconverged far from any solution (`NEAR_SOLUTION`) is differentiated with
 its impulses held constant instead (`_impulses_held`).
 """
 
@@ -81,7 +81,7 @@ _WARM_RESTART = 12  # a warm-started solve not converged after this many iterati
 # an unconverged solve whose best scaled residual is above this is differentiated with its impulses
 # held (`_impulses_held`): infeasible problems (coincident bodies whose contacts push both ways) sit
 # at 0.008-0.2 for ever, and the implicit derivative at such a point was NaN in float32 fuzz scenes
-_DIFFERENTIABLE_RESIDUAL = 1e-3
+NEAR_SOLUTION = 1e-3
 
 
 class Problem(NamedTuple):
@@ -721,7 +721,7 @@ def solve(
         lambda x, theta: (factorize(x, theta), _constants(theta)),
         lambda factor, b: transposed_solve(factor[0], factor[1], b),
         linearization_point=relax,
-        solved_from_info=lambda info: info[0] | (info[2] <= _DIFFERENTIABLE_RESIDUAL),
+        solved_from_info=lambda info: info[0] | (info[2] <= NEAR_SOLUTION),
         fallback=_impulses_held,
     )
     status = restart = None
