@@ -598,7 +598,7 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     (skip: frozen from the start, its result is not wanted).
 
     relinearize: v -> Problem (`solve_nonlinear`): the problem is rebuilt at every iterate's
-    velocity (gap and Jacobians at q (+) h v), p being the one at x.
+    velocity v (its gap rows at q (+) h v), p being the one at x.
 
     restart: (x_cold, at): a world not converged after `at` steps (traced; negative: never) starts
     again from x_cold (a warm start gone astray), with `iterations` more.
@@ -612,7 +612,7 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
 
     def body(carry):
         x, r, done, count, best, best_res, p_now = carry
-        p = fixed if relinearize is None else p_now
+        p = p_start if relinearize is None else p_now
         moving = ~done & (count < limit)
         x_new = step_fn(x, p, kappa, r)
         x_new = jnp.where(jnp.all(jnp.isfinite(x_new)), x_new, x)  # never step into NaN
@@ -630,7 +630,7 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
             x, r = jnp.where(again, restart[0], x), jnp.where(again, r_cold, r)
         return x, r, done, count, best, best_res, None if relinearize is None else p
 
-    fixed = p
+    p_start = p
     r0 = residual(x, p, kappa)
     res0 = scaled_residual(x, p, kappa, r0)
     if restart is not None:
