@@ -158,6 +158,12 @@ def _following_units(model: Model) -> np.ndarray:
     return np.concatenate([np.ones(layout.nl, bool), np.concatenate([np.zeros(0, bool), *same]) & link])
 
 
+def _moving(rows: constraint.UnitRows) -> dict:
+    """The fields of NCP rows that change with the configuration (the rest are the pairs' and
+    the model's: friction, scales, layout)."""
+    return dict(J=rows.J, gap=rows.gap, Je=rows.Je, pos_e=rows.pos_e, active=rows.active)
+
+
 def _ncp_solve(model: Model, data: Data) -> Data:
     """Collision within reach of the step, NCP rows and the interior-point solve (solver/ncp.py).
 
@@ -229,14 +235,23 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         p = problem(rows, step, G)
         return full_layout(rows, ncp.solve(p, kappa, kappa_grad, tolerance, opt.iterations, opt.ncp_early_exit, skip, solved, start))
 
-    def nonlinear_rows(rows0, rows):
+    def nonlinear_rows(rows0, rows, v):
         """A nonlinear pass's problem rows at velocity v: rows0 (the pass's start: units, impulse
         directions, tangents) with the gap and normal row of `rows` (at q (+) h v, linearized about v)
         for every unit present in both whose gap follows the iterate (`_following_units`);
-        returns (rows, G) for `problem`."""
+        returns (rows, G) for `problem`. The normal row is d gap(q (+) h v) / d(h v): a rotation
+        integrated as q exp(h w) moves the tangent at q (+) h v by J_r(h w) h dw (`math.so3_right_jacobian`),
+        which the implicit gradient needs (at dt = 0.05 the humanoid's root turns ~0.3 rad per step)."""
         same = rows.active & rows0.active & following
-        normal = jnp.where(same[:, None], rows.J[:, 0], rows0.J[:, 0])
-        return rows0._replace(gap=jnp.where(same, rows.gap, rows0.gap)), rows0.J.at[:, 0].set(normal)
+        normal = rows.J[:, 0]
+        _, rot = model.topology.quat_coords
+        if len(rot):
+            blocks = np.asarray(rot)[:, None] + np.arange(3)
+            turned = jnp.einsum("ukj,kji->uki", normal[:, blocks], math.so3_right_jacobian(h * v[blocks]))
+            normal = normal.at[:, blocks].set(turned)
+        gap = rows.gap + h * (rows.J[:, 0] - normal) @ v  # gap(q (+) h v) - h normal v (rows_at shifted by J v)
+        normal = jnp.where(same[:, None], normal, rows0.J[:, 0])
+        return rows0._replace(gap=jnp.where(same, gap, rows0.gap)), rows0.J.at[:, 0].set(normal)
 
     def penetration(rows, qvel_lin):
         """Depth of the deepest active unit at q (+) h qvel_lin (rows evaluated there; 0: none)."""
@@ -252,9 +267,10 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     def one_pass(carry, flags):
         """Judge the last pass at its new configuration; solve again, re-linearized there, if it penetrates."""
         first, judge_only = flags
-        best, best_depth, last = carry
+        best, best_depth, last, at_q = carry
         qvel_lin = jnp.where(first, 0.0, last[0].qvel)
         contact, rows = rows_at(qvel_lin, frozen_data)
+        at_q = jax.tree.map(lambda a, b: jnp.where(first, a, b), _moving(rows), at_q)  # the rows at q, kept from the first round
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
         # a pass that ended far from any solution (`ncp.NEAR_SOLUTION`) counts only where no other is:
         # an unconverged nonlinear pass can fly off without penetrating (falling bodies at dt = 0.05)
@@ -276,19 +292,23 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         else:  # the first pass linear, the later ones with the gap evaluated at every iterate
 
             def nonlinear_pass():
+                # impulse directions and tangents at q, as in the first pass: they depend on no earlier
+                # pass's solution, so the implicit gradient at the solution is exact (`ncp.solve_nonlinear`)
+                rows_q = rows._replace(**at_q)
+
                 def relinearize(v):  # model parameters (friction, sizes) reach the rows: cut here, not differentiated
-                    rows_v, G = nonlinear_rows(rows, rows_at(v, frozen_data)[1])
+                    rows_v, G = nonlinear_rows(rows_q, rows_at(v, frozen_data)[1], v)
                     return jax.lax.stop_gradient(problem(rows_v, frozen_step, G))
 
                 # twice the iterations: far from the solution the moving rows slow Newton down (12 humanoid worlds x
                 # 40 steps at dt = 0.05 and 0.3 of the control range: 10 unconverged steps with 30, 4 with 60)
-                sol = ncp.solve_nonlinear(jax.lax.stop_gradient(problem(rows, frozen_step)), relinearize, kappa, tolerance, 2 * opt.iterations,
+                sol = ncp.solve_nonlinear(relinearize(start[0]), relinearize, kappa, tolerance, 2 * opt.iterations,
                                           opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
-                return full_layout(rows, sol), qvel_lin, True
+                return full_layout(rows_q, sol), jnp.zeros_like(qvel_lin), True
 
             new = jax.lax.cond(first, linear_pass, nonlinear_pass)
         last = math.tree_where(needed, new, last)
-        return (best, best_depth, last), None
+        return (best, best_depth, last, at_q), None
 
     # the units keep their slots from one configuration to the next unless a contact capacity compacts them
     following = _following_units(model)
@@ -300,14 +320,16 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         v_free = linalg.solve_spd(frozen_step[0], frozen_step[1])
         energy_free = v_free @ frozen_step[1]  # 2 x the kinetic energy without constraint impulses
         empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel, False)))
+        no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: _moving(rows_at()[1])))
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
-        (best, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty), flags)
+        (best, _, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty, no_rows), flags)
         kept, qvel_lin, kept_nonlinear = best
         contact, rows = rows_at(qvel_lin)
         G = None
         if nonlinear:  # a nonlinear pass's solution solves its rows at its own velocity (`ncp.solve_nonlinear`)
-            rows_end, G_end = nonlinear_rows(rows, rows_at(jax.lax.stop_gradient(kept.qvel))[1])
+            v_end = jax.lax.stop_gradient(kept.qvel)
+            rows_end, G_end = nonlinear_rows(rows, rows_at(v_end)[1], v_end)
             rows = rows._replace(gap=jnp.where(kept_nonlinear, rows_end.gap, rows.gap))
             G = jnp.where(kept_nonlinear, G_end, rows.J)
         sol = solve(rows, solved=(kept.x, kept.converged, kept.iterations), G=G)

@@ -101,6 +101,18 @@ def quat_integrate(q: Float[Array, "... 4"], omega: Float[Array, "... 3"], h) ->
     return normalize(quat_mul(q, quat_exp_half(omega * h)))
 
 
+def so3_right_jacobian(phi: Float[Array, "... 3"]) -> Float[Array, "... 3 3"]:
+    """J_r(phi) of the SO(3) exponential: exp(phi + d) = exp(phi) exp(J_r(phi) d) to first order,
+    J_r = I - (1 - cos t) / t^2 [phi]x + (t - sin t) / t^3 [phi]x^2, t = |phi| (series below 1e-4)."""
+    t2 = jnp.sum(phi * phi, axis=-1)[..., None, None]
+    small = t2 < 1e-8
+    t = jnp.sqrt(jnp.where(small, 1.0, t2))
+    a = jnp.where(small, 0.5 - t2 / 24, (1 - jnp.cos(t)) / t**2)
+    b = jnp.where(small, 1.0 / 6 - t2 / 120, (t - jnp.sin(t)) / t**3)
+    K = skew(phi)
+    return jnp.eye(3, dtype=phi.dtype) - a * K + b * (K @ K)
+
+
 def quat_to_rotvec(q: Float[Array, "... 4"]) -> Float[Array, "... 3"]:
     """Rotation vector (axis * angle, angle in [-pi, pi]) of a unit quaternion (mju_quat2Vel, dt=1)."""
     w = q[..., 0]

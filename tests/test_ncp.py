@@ -272,7 +272,7 @@ def test_an_unconverged_solve_returns_its_best_iterate():
     @jax.jit
     def residual_per_budget(p):
         def one(budget):
-            x, done, count = ncp._iterate(ncp._mehrotra_step, ncp.initial_point(p), p, kappa, tolerance, budget, True)
+            x, done, count, _ = ncp._iterate(ncp._mehrotra_step, ncp.initial_point(p), p, kappa, tolerance, budget, True)
             return ncp.scaled_residual(x, p, kappa), done, count
 
         return jax.vmap(one)(budgets)
@@ -334,7 +334,7 @@ def test_the_predictor_aims_at_kappa_so_the_iteration_has_no_spurious_fixed_poin
 
     @jax.jit
     def solve(p):
-        x, done, count = ncp._iterate(ncp._mehrotra_step, ncp.initial_point(p), p, kappa, tolerance, 30, True)
+        x, done, count, _ = ncp._iterate(ncp._mehrotra_step, ncp.initial_point(p), p, kappa, tolerance, 30, True)
         return ncp.scaled_residual(x, p, kappa), done, count
 
     res, done, count = map(np.asarray, solve(p))

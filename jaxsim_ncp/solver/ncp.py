@@ -606,7 +606,7 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     early_exit: a `while_loop` that stops once every world (of a vmapped batch) is done;
     otherwise a `lax.scan` of the most steps any world may take. The results are identical (a
     done world never moves); the loop is never differentiated (implicit gradients).
-    Returns (x, done, count), x the iterate with the smallest scaled residual.
+    Returns (x, done, count, residual), x the iterate with the smallest scaled residual.
     """
     limit = iterations if restart is None else iterations + jnp.maximum(restart[1], 0)
 
@@ -644,8 +644,8 @@ def _iterate(step_fn, x, p: Problem, kappa, tolerance, iterations: int, early_ex
     # the iterate with the smallest residual (the converged one, for a world that converged): one that
     # ran out of iterations can have wandered far from where it came closest (humanoid at dt 0.05:
     # residual 4e-6 at iteration 10, 3e-2 at iteration 30)
-    _, _, done, count, best, _, _ = carry
-    return best, done, count
+    _, _, done, count, best, best_res, _ = carry
+    return best, done, count, best_res
 
 
 def _impulses_held(p: Problem, x, x_bar) -> Problem:
@@ -677,12 +677,10 @@ def solve_nonlinear(
     `solve(relinearize(v*), solved=...)` differentiates it. Runs without gradients."""
     p = p._replace(G=_velocity_rows(p))
     x0 = initial_point(p) if start is None else warm_point(p, *start)
-    x, done, count = _iterate(_mehrotra_step, x0, p, kappa, tolerance, iterations, early_exit, skip, relinearize=relinearize)
-    v, le, u = _unpack(x, p)
-    p = relinearize(v)
+    x, done, count, res = _iterate(_mehrotra_step, x0, p, kappa, tolerance, iterations, early_exit, skip, relinearize=relinearize)
+    v, le, u = _unpack(x, p)  # the scales of relinearize(v) are p's
     return Solution(
-        qvel=v, impulse=_unit_force(u, _constants(p)), impulse_e=p.Pe * le, iterations=count, converged=done,
-        residual=scaled_residual(x, p, kappa), x=x,
+        qvel=v, impulse=_unit_force(u, _constants(p)), impulse_e=p.Pe * le, iterations=count, converged=done, residual=res, x=x
     )  # fmt: skip
 
 
@@ -707,7 +705,7 @@ def solve(
         if solved is not None:
             x, (done, count) = x0, status
         else:
-            x, done, count = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
+            x, done, count, _ = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
         return x, (done, count, jax.lax.stop_gradient(scaled_residual(x, theta, kappa)))
 
     def relax(x, theta, start):
