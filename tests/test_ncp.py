@@ -1,9 +1,10 @@
 """The interior-point hard-contact solver (solver="ncp") against analytic mechanics and finite differences.
 
-Four compiled programs in all: a drop rollout (timestep is a model leaf, so one
+The main compiled programs: a drop rollout (timestep is a model leaf, so one
 compile serves every dt), a slide rollout and its gradient (gravity and friction are
 leaves: the incline is the flat scene with gravity tilted by theta) and one saved Problem solved
-at every budget.
+at every budget; the later tests add small programs each (saved Problems, a pendulum's nonlinear
+solve, one dt = 0.05 humanoid step with its gradient).
 """
 
 import functools
@@ -433,3 +434,37 @@ def test_the_nonlinear_gap_stops_a_swinging_foot_on_the_floor_with_analytic_grad
     np.testing.assert_allclose(t0 + h * v, t_contact, atol=1e-8)
     assert sol.impulse[0, 0] > 0
     np.testing.assert_allclose(grads, (-1.0 / h, 0.0), atol=1e-6)
+
+
+def test_a_dt_005_humanoid_step_stops_its_feet_on_the_floor_with_exact_gradients():
+    """One step of the mjx humanoid at dt = 0.05 under random controls, from feet touching the floor
+    (saved state: world 5, step 31 of experiments/ncp_humanoid_worlds.py at 0.3 of the control range).
+    With re-linearized passes only (`ncp_nonlinear_gap=False`) that step sinks a foot 5.3 mm: the
+    joints swing the feet on arcs the linearized gap cannot follow. With the gap following the
+    iterate it ends converged and without penetrating (MuJoCo's collision on the new qpos), and its
+    implicit gradient (kappa_grad = kappa) equals central differences."""
+    path = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
+    m = mujoco.MjModel.from_xml_path(str(path))
+    m.opt.timestep = 0.05
+    saved = np.load(pathlib.Path(__file__).parent / "data" / "ncp_humanoid_dt005_state.npz")
+    model = jsn.from_mujoco(m, solver="ncp", integrator="implicitfast", kappa_grad=1e-8)
+    data = jsn.make_data(model).replace(qpos=jnp.asarray(saved["qpos"]), ctrl=jnp.asarray(saved["ctrl"]))
+    weights = jnp.asarray(np.random.default_rng(1).normal(size=m.nq))
+
+    @jax.jit
+    @functools.partial(jax.value_and_grad, has_aux=True)
+    def loss(qvel):
+        after = jsn.step(model, data.replace(qvel=qvel))
+        return weights @ after.qpos, after
+
+    qvel = jnp.asarray(saved["qvel"])
+    (_, after), grad = loss(qvel)
+    assert after.solver_converged
+    d = mujoco.MjData(m)
+    d.qpos[:] = np.asarray(after.qpos)
+    mujoco.mj_forward(m, d)
+    assert min([0.0] + [d.contact[i].dist for i in range(d.ncon)]) > -1e-6
+    for seed in range(2):
+        e = jnp.asarray(np.random.default_rng(seed + 2).normal(size=m.nv))
+        fd = (loss(qvel + 1e-6 * e)[0][0] - loss(qvel - 1e-6 * e)[0][0]) / 2e-6
+        np.testing.assert_allclose(grad @ e, fd, rtol=1e-4)
