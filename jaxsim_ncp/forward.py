@@ -175,12 +175,18 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     deeper than 1e-5 L at the new configuration q1 = q (+) h v1 (rotating bodies: the
     contact point moves), the step is solved again with rows re-linearized at q1:
     gap(q (+) h v) ~ gap(q1) + h J(q1) (v - v1), up to `opt.ncp_passes` passes in all,
-    and each world keeps the pass that penetrates least (the first one when it does not
-    penetrate: re-linearizing can also make things worse when the contact set changes
-    between passes). With n > 1 passes a step costs n solves and n + 2 kinematics and
-    collisions (the passes are one `lax.scan`, compiled once, run without gradients; the kept
-    pass's rows are evaluated once more, differentiably, and its solution differentiated there);
-    the choices are selects, so batches stay vmapped.
+    and each world keeps the pass that penetrates least among those that ended near a solution
+    (the first one when it does not penetrate: re-linearizing can also make things worse when
+    the contact set changes between passes). With n > 1 passes a step costs n solves and
+    n + 2 kinematics and collisions (the passes are one `lax.scan`, compiled once, run without
+    gradients; the kept pass's rows are evaluated once more, differentiably, and its solution
+    differentiated there); the choices are selects, so batches stay vmapped.
+
+    With `ncp_nonlinear_gap` (default) and contacts on links of articulated chains
+    (`_following_units`), the passes after the first evaluate those units' gaps at every
+    interior-point iterate instead (`ncp.solve_nonlinear`, one kinematics and collision per
+    iteration), impulse directions and friction rows at q; a kept nonlinear pass is
+    differentiated as the problem re-linearized at its own solution v*, which it solves.
 
     With a contact capacity (`max_geom_pairs`) the units are compacted before their Jacobians
     are built (`constraint.unit_rows`): the solve's size follows the capacity, not the number of
@@ -272,8 +278,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         contact, rows = rows_at(qvel_lin, frozen_data)
         at_q = jax.tree.map(lambda a, b: jnp.where(first, a, b), _moving(rows), at_q)  # the rows at q, kept from the first round
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
-        # a pass that ended far from any solution (`ncp.NEAR_SOLUTION`) counts only where no other is:
-        # an unconverged nonlinear pass can fly off without penetrating (falling bodies at dt = 0.05)
+        # a pass that ended far from any solution (`ncp.NEAR_SOLUTION`) counts only where no other is, however
+        # little it penetrates (1000 randomized drop worlds x 50 steps: unconverged 5 -> 1, diverged worlds 2 -> 0)
         near = last[0].converged | (last[0].residual <= ncp.NEAR_SOLUTION)
         # nor a nonlinear pass that leaves more kinetic energy than the smooth forces alone would (a
         # safeguard): contact impulses do no positive work where v = 0 is feasible, but a gap that
