@@ -306,9 +306,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
                     rows_v, G = nonlinear_rows(rows_q, rows_at(v, frozen_data)[1], v)
                     return jax.lax.stop_gradient(problem(rows_v, frozen_step, G))
 
-                # twice the iterations: far from the solution the moving rows slow Newton down (12 humanoid worlds x
-                # 40 steps at dt = 0.05 and 0.3 of the control range: 10 unconverged steps with 30, 4 with 60)
-                sol = ncp.solve_nonlinear(relinearize(start[0]), relinearize, kappa, tolerance, 2 * opt.iterations,
+                sol = ncp.solve_nonlinear(relinearize(start[0]), relinearize, kappa, tolerance, opt.iterations,
                                           opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
                 return full_layout(rows_q, sol), jnp.zeros_like(qvel_lin), True
 
