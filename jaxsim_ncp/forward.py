@@ -276,7 +276,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         best, best_depth, last, at_q = carry
         qvel_lin = jnp.where(first, 0.0, last[0].qvel)
         contact, rows = rows_at(qvel_lin, frozen_data)
-        at_q = jax.tree.map(lambda a, b: jnp.where(first, a, b), _moving(rows), at_q)  # the rows at q, kept from the first round
+        if nonlinear:  # the rows at q, kept from the first round
+            at_q = jax.tree.map(lambda a, b: jnp.where(first, a, b), _moving(rows), at_q)
         depth = jnp.where(first, jnp.inf, penetration(rows, qvel_lin))
         # a pass that ended far from any solution (`ncp.NEAR_SOLUTION`) counts only where no other is, however
         # little it penetrates (1000 randomized drop worlds x 50 steps: unconverged 5 -> 1, diverged worlds 2 -> 0)
@@ -284,8 +285,9 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         # nor a nonlinear pass that leaves more kinetic energy than the smooth forces alone would (a
         # safeguard): contact impulses do no positive work where v = 0 is feasible, but a gap that
         # follows the iterate could lift a link out of the way of its own rotation
-        energy = last[0].qvel @ frozen_step[0] @ last[0].qvel
-        near = near & (~last[2] | (energy <= 1.001 * energy_free))
+        if nonlinear:
+            energy = last[0].qvel @ frozen_step[0] @ last[0].qvel
+            near = near & (~last[2] | (energy <= 1.001 * energy_free))
         score = depth + jnp.where(near, 0.0, 1e6 * length)
         better = score < best_depth
         best, best_depth = math.tree_where(better, last, best), jnp.where(better, score, best_depth)
@@ -321,10 +323,12 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         contact, rows = rows_at()
         sol = solve(rows)
     else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
-        v_free = linalg.solve_spd(frozen_step[0], frozen_step[1])
-        energy_free = v_free @ frozen_step[1]  # 2 x the kinetic energy without constraint impulses
         empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel, False)))
-        no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: _moving(rows_at()[1])))
+        no_rows = None
+        if nonlinear:
+            v_free = linalg.solve_spd(frozen_step[0], frozen_step[1])
+            energy_free = v_free @ frozen_step[1]  # 2 x the kinetic energy without constraint impulses
+            no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: _moving(rows_at()[1])))
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty, no_rows), flags)
