@@ -323,12 +323,16 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         contact, rows = rows_at()
         sol = solve(rows)
     else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
-        empty = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: (solve(rows_at()[1]), data.qvel, False)))
-        no_rows = None
+        def shapes():  # of a pass's result and of the rows at q (one traced collision for both)
+            rows = rows_at()[1]
+            return (solve(rows), data.qvel, False), _moving(rows)
+
+        empty, no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(shapes))
         if nonlinear:
             v_free = linalg.solve_spd(frozen_step[0], frozen_step[1])
             energy_free = v_free @ frozen_step[1]  # 2 x the kinetic energy without constraint impulses
-            no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(lambda: _moving(rows_at()[1])))
+        else:
+            no_rows = None
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty, no_rows), flags)

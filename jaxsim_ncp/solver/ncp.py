@@ -670,9 +670,9 @@ def solve_nonlinear(
     impulse, impulse_e) of a nearby solution, `warm_point`; None: cold).
 
     Each interior-point step is then a Newton step of the nonlinear system, which converges as
-    fast as the linear one near the solution; moving the
-    impulses' directions with the iterate too left 17% of dt = 0.05 humanoid passes unconverged
-    after 30 iterations (their derivative in q is not in the Newton matrix). At the solution v*
+    fast as the linear one near the solution; moving the impulses' directions with the iterate too
+    left 17% of dt = 0.05 humanoid passes unconverged after 30 iterations (their derivative in q is
+    not in the Newton matrix). At the solution v*
     the linear problem relinearize(v*) has the same rows, and v* solves it:
     `solve(relinearize(v*), solved=...)` differentiates it. Runs without gradients."""
     p = p._replace(G=_velocity_rows(p))
