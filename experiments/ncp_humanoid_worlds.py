@@ -68,7 +68,7 @@ def main() -> None:
     print(f"humanoid dt={args.dt} amplitude={amp} ncp_passes={args.ncp_passes} {args.options}: {args.worlds} worlds x {steps} steps; "
           f"steps > 1 mm {np.mean(depth > 1):.3f}, deepest {depth.max():.1f} mm, median of each world's deepest "
           f"{np.median(depth.max(axis=1)):.2f} mm; from a state within 0.1 mm: > 1 mm {np.mean(fresh > 1):.3f}, "
-          f"deepest {fresh.max():.2f} mm; unconverged {np.mean(~np.asarray(traj.solver_converged)):.3f}")
+          f"deepest {fresh.max():.2f} mm; unconverged {np.mean(~np.asarray(traj.solver_converged)):.3f}; max |qvel| {np.abs(np.asarray(traj.qvel)).max():.1f}")
 
 
 if __name__ == "__main__":

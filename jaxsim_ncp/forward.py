@@ -259,6 +259,16 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         normal = jnp.where(same[:, None], normal, rows0.J[:, 0])
         return rows0._replace(gap=jnp.where(same, gap, rows0.gap)), rows0.J.at[:, 0].set(normal)
 
+    def with_new_units(rows_q, rows_start):
+        """A nonlinear pass's fixed rows: those at q (rows_q), and for the units that came into reach
+        only at the pass's start configuration (rows_start: a contact the lookahead at q missed, the
+        other end of a capsule) the rows there, so that those units take part too (their gaps follow
+        the iterate like the others'; their impulse directions depend on that earlier solution)."""
+        new = rows_start.active & ~rows_q.active
+        merged = {k: jnp.where(new.reshape(new.shape + (1,) * (getattr(rows_q, k).ndim - 1)), getattr(rows_start, k), getattr(rows_q, k))
+                  for k in ("J", "gap", "active")}  # fmt: skip
+        return rows_q._replace(**merged)
+
     def penetration(rows, qvel_lin):
         """Depth of the deepest active unit at q (+) h qvel_lin (rows evaluated there; 0: none)."""
         true_gap = rows.gap + h * (rows.J[:, 0] @ qvel_lin)
@@ -285,24 +295,30 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         # nor a nonlinear pass that leaves more kinetic energy than the smooth forces alone would (a
         # safeguard): contact impulses do no positive work where v = 0 is feasible, but a gap that
         # follows the iterate could lift a link out of the way of its own rotation
+        energetic = False
         if nonlinear:
-            energy = last[0].qvel @ frozen_step[0] @ last[0].qvel
-            near = near & (~last[2] | (energy <= 1.001 * energy_free))
-        score = depth + jnp.where(near, 0.0, 1e6 * length)
+            energetic = (last[2] > 0) & (last[0].qvel @ frozen_step[0] @ last[0].qvel > 1.001 * energy_free)
+            near = near & ~energetic
+        # and among passes within 1e-6 L of the same depth the converged one, or the one closest to converging
+        unconverged = jnp.where(last[0].converged, 0.0, 1e-6 * length * (1.0 + last[0].residual / ncp.NEAR_SOLUTION))
+        score = depth + jnp.where(near, unconverged, 1e6 * length)
         better = score < best_depth
         best, best_depth = math.tree_where(better, last, best), jnp.where(better, score, best_depth)
-        needed = (first | (depth > 1e-5 * length)) & ~judge_only
+        # a nonlinear pass that ran out of iterations near its solution goes on from there in the next
+        needed = (first | (depth > 1e-5 * length) | energetic | ((last[2] > 0) & ~last[0].converged)) & ~judge_only
         # a re-linearized pass starts from the last pass's solution (`ncp.warm_point`)
         start = (last[0].qvel, last[0].impulse[rows.index], last[0].impulse_e, ~first)
-        linear_pass = lambda: (solve(rows, skip=~needed, step=frozen_step, start=start), qvel_lin, False)  # noqa: E731
+        linear_pass = lambda: (solve(rows, skip=~needed, step=frozen_step, start=start), qvel_lin, 0)  # noqa: E731
         if not nonlinear:
             new = linear_pass()
         else:  # the first pass linear, the later ones with the gap evaluated at every iterate
 
             def nonlinear_pass():
                 # impulse directions and tangents at q, as in the first pass: they depend on no earlier
-                # pass's solution, so the implicit gradient at the solution is exact (`ncp.solve_nonlinear`)
-                rows_q = rows._replace(**at_q)
+                # pass's solution, so the implicit gradient at the solution is exact (`ncp.solve_nonlinear`).
+                # After a pass that gained energy they are taken where that pass ended instead (Dojo's
+                # directions at the next configuration, up to one pass; the gradient then holds them fixed)
+                rows_q = math.tree_where(energetic, rows, with_new_units(rows._replace(**at_q), rows))
 
                 def relinearize(v):  # model parameters (friction, sizes) reach the rows: cut here, not differentiated
                     rows_v, G = nonlinear_rows(rows_q, rows_at(v, frozen_data)[1], v)
@@ -310,7 +326,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
 
                 sol = ncp.solve_nonlinear(relinearize(start[0]), relinearize, kappa, tolerance, opt.iterations,
                                           opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
-                return full_layout(rows_q, sol), jnp.zeros_like(qvel_lin), True
+                # qvel_lin: where the new units' rows (mode 1) or all directions (mode 2) were taken
+                return full_layout(rows_q, sol), qvel_lin, jnp.where(energetic, 2, 1)
 
             new = jax.lax.cond(first, linear_pass, nonlinear_pass)
         last = math.tree_where(needed, new, last)
@@ -325,7 +342,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
         def shapes():  # of a pass's result and of the rows at q (one traced collision for both)
             rows = rows_at()[1]
-            return (solve(rows), data.qvel, False), _moving(rows)
+            return (solve(rows), data.qvel, 0), _moving(rows)
 
         empty, no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(shapes))
         if nonlinear:
@@ -336,14 +353,15 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty, no_rows), flags)
-        kept, qvel_lin, kept_nonlinear = best
+        kept, qvel_lin, kept_mode = best
         contact, rows = rows_at(qvel_lin)
         G = None
         if nonlinear:  # a nonlinear pass's solution solves its rows at its own velocity (`ncp.solve_nonlinear`)
             v_end = jax.lax.stop_gradient(kept.qvel)
-            rows_end, G_end = nonlinear_rows(rows, rows_at(v_end)[1], v_end)
-            rows = rows._replace(gap=jnp.where(kept_nonlinear, rows_end.gap, rows.gap))
-            G = jnp.where(kept_nonlinear, G_end, rows.J)
+            fixed_rows = math.tree_where(kept_mode == 2, rows, with_new_units(rows_at()[1], rows))
+            rows_end, G_end = nonlinear_rows(fixed_rows, rows_at(v_end)[1], v_end)
+            rows = math.tree_where(kept_mode > 0, rows_end, rows)
+            G = jnp.where(kept_mode > 0, G_end, rows.J)
         sol = solve(rows, solved=(kept.x, kept.converged, kept.iterations), G=G)
 
     def generalized(rows, sol):

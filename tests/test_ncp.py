@@ -436,35 +436,41 @@ def test_the_nonlinear_gap_stops_a_swinging_foot_on_the_floor_with_analytic_grad
     np.testing.assert_allclose(grads, (-1.0 / h, 0.0), atol=1e-6)
 
 
-def test_a_dt_005_humanoid_step_stops_its_feet_on_the_floor_with_exact_gradients():
-    """One step of the mjx humanoid at dt = 0.05 under random controls, from feet touching the floor
-    (saved state: world 5, step 31 of experiments/ncp_humanoid_worlds.py at 0.3 of the control range).
-    With re-linearized passes only (`ncp_nonlinear_gap=False`) that step sinks a foot 5.3 mm: the
-    joints swing the feet on arcs the linearized gap cannot follow. With the gap following the
-    iterate it ends converged and without penetrating (MuJoCo's collision on the new qpos), and its
-    implicit gradient (kappa_grad = kappa) equals central differences."""
+def test_dt_005_humanoid_steps_stop_their_feet_on_the_floor_with_exact_gradients():
+    """Steps of the mjx humanoid at dt = 0.05 under random controls that earlier passes sank
+    (saved states of experiments/ncp_humanoid_worlds.py, the state before the step; world, step,
+    control amplitude: 5, 31, 0.3; 8, 36, 0.3; 11, 38, 0.2):
+    0. feet touching the floor, joints swinging them on arcs the linearized gap cannot follow: the
+       re-linearized passes alone (`ncp_nonlinear_gap=False`) sank a foot 5.3 mm;
+    1. two contacts come into reach only at the first pass's configuration: a nonlinear pass that
+       left them out sank the feet 12 mm;
+    2. the body falls spinning at 6 rad/s: the nonlinear pass with impulse directions at q gains
+       energy (rejected), the next takes them where that pass ended; 42 mm before.
+    Each ends converged without penetrating (MuJoCo's collision on the new qpos). The implicit
+    gradient (kappa_grad = kappa) equals central differences where the directions are those at q
+    (0, 1); in 2 they depend on an earlier pass's solution, held fixed: finite, not exact."""
     path = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
     m = mujoco.MjModel.from_xml_path(str(path))
     m.opt.timestep = 0.05
-    saved = np.load(pathlib.Path(__file__).parent / "data" / "ncp_humanoid_dt005_state.npz")
+    saved = np.load(pathlib.Path(__file__).parent / "data" / "ncp_humanoid_dt005_states.npz")
     model = jsn.from_mujoco(m, solver="ncp", integrator="implicitfast", kappa_grad=1e-8)
-    data = jsn.make_data(model).replace(qpos=jnp.asarray(saved["qpos"]), ctrl=jnp.asarray(saved["ctrl"]))
     weights = jnp.asarray(np.random.default_rng(1).normal(size=m.nq))
 
     @jax.jit
     @functools.partial(jax.value_and_grad, has_aux=True)
-    def loss(qvel):
-        after = jsn.step(model, data.replace(qvel=qvel))
+    def loss(qvel, qpos, ctrl):
+        after = jsn.step(model, jsn.make_data(model).replace(qpos=qpos, qvel=qvel, ctrl=ctrl))
         return weights @ after.qpos, after
 
-    qvel = jnp.asarray(saved["qvel"])
-    (_, after), grad = loss(qvel)
-    assert after.solver_converged
     d = mujoco.MjData(m)
-    d.qpos[:] = np.asarray(after.qpos)
-    mujoco.mj_forward(m, d)
-    assert min([0.0] + [d.contact[i].dist for i in range(d.ncon)]) > -1e-6
-    for seed in range(2):
-        e = jnp.asarray(np.random.default_rng(seed + 2).normal(size=m.nv))
-        fd = (loss(qvel + 1e-6 * e)[0][0] - loss(qvel - 1e-6 * e)[0][0]) / 2e-6
-        np.testing.assert_allclose(grad @ e, fd, rtol=1e-4)
+    for case, (qpos, qvel, ctrl) in enumerate(zip(*(jnp.asarray(saved[k]) for k in ("qpos", "qvel", "ctrl")))):
+        (_, after), grad = loss(qvel, qpos, ctrl)
+        assert after.solver_converged, case
+        d.qpos[:] = np.asarray(after.qpos)
+        mujoco.mj_forward(m, d)
+        assert min([0.0] + [d.contact[i].dist for i in range(d.ncon)]) > -1e-6, case
+        assert np.all(np.isfinite(grad)), case
+        for seed in range(2 if case < 2 else 0):
+            e = jnp.asarray(np.random.default_rng(seed + 2).normal(size=m.nv))
+            fd = (loss(qvel + 1e-6 * e, qpos, ctrl)[0][0] - loss(qvel - 1e-6 * e, qpos, ctrl)[0][0]) / 2e-6
+            np.testing.assert_allclose(grad @ e, fd, rtol=1e-4)
