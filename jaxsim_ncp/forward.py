@@ -187,7 +187,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     interior-point iterate instead (`ncp.solve_nonlinear`, one kinematics and collision per
     iteration), impulse directions and friction rows at q (units that come into reach only at
     the pass's start configuration: there); a kept nonlinear pass is differentiated as the problem
-    re-linearized at its own solution v*, which it solves. A nonlinear pass that gains kinetic
+    re-linearized at its own solution v*, which it solves (exactly where all directions are at q). A nonlinear pass that gains kinetic
     energy (directions at q, gaps at q (+) h v: the impulses can do work) is not kept; the next
     one takes all directions where it ended. One that runs out of iterations goes on in the next.
 
@@ -329,8 +329,7 @@ def _ncp_solve(model: Model, data: Data) -> Data:
 
                 sol = ncp.solve_nonlinear(relinearize(start[0]), relinearize, kappa, tolerance, opt.iterations,
                                           opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
-                # qvel_lin: where the new units' rows (mode 1) or all directions (mode 2) were taken
-                return full_layout(rows_q, sol), qvel_lin, jnp.where(energetic, 2, 1)
+                return full_layout(rows_q, sol), jnp.zeros_like(qvel_lin), jnp.where(energetic, 2, 1)
 
             new = jax.lax.cond(first, linear_pass, nonlinear_pass)
         last = math.tree_where(needed, new, last)
@@ -361,8 +360,11 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         G = None
         if nonlinear:  # a nonlinear pass's solution solves its rows at its own velocity (`ncp.solve_nonlinear`)
             v_end = jax.lax.stop_gradient(kept.qvel)
-            fixed_rows = math.tree_where(kept_mode == 2, rows, with_new_units(rows_at()[1], rows))
-            rows_end, G_end = nonlinear_rows(fixed_rows, rows_at(v_end)[1], v_end)
+            # the rows the pass took at its start configuration, taken at its end (one collision less:
+            # its gradient then holds them at the end, where they differ by one pass's change)
+            at_end = rows_at(v_end)[1]
+            fixed_rows = math.tree_where(kept_mode == 2, at_end, with_new_units(rows, at_end))
+            rows_end, G_end = nonlinear_rows(fixed_rows, at_end, v_end)
             rows = math.tree_where(kept_mode > 0, rows_end, rows)
             G = jnp.where(kept_mode > 0, G_end, rows.J)
         sol = solve(rows, solved=(kept.x, kept.converged, kept.iterations), G=G)

@@ -447,8 +447,9 @@ def test_dt_005_humanoid_steps_stop_their_feet_on_the_floor_with_exact_gradients
     2. the body falls spinning at 6 rad/s: the nonlinear pass with impulse directions at q gains
        energy (rejected), the next takes them where that pass ended; 42 mm before.
     Each ends converged without penetrating (MuJoCo's collision on the new qpos). The implicit
-    gradient (kappa_grad = kappa) equals central differences where the directions are those at q
-    (0, 1); in 2 they depend on an earlier pass's solution, held fixed: finite, not exact."""
+    gradient (kappa_grad = kappa) equals central differences in 0 and 1 (the two new units' rows are
+    differentiated at the step's end, not where the pass took them); in 2 the directions depend on
+    an earlier pass's solution, held fixed: finite, not exact."""
     path = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
     m = mujoco.MjModel.from_xml_path(str(path))
     m.opt.timestep = 0.05
