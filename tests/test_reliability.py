@@ -370,3 +370,39 @@ def test_a_singular_mass_matrix_is_refused_at_load():
     with pytest.raises(jsn.ModelError, match="inertia matrix is singular at qpos0.*joint 'x'"):
         jsn.load_mjcf(xml)
     jsn.load_mjcf(xml.replace('axis="1 1 0"', 'axis="1 1 0" armature="0.01"'))  # armature makes it regular
+
+
+def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
+    """An inverted pendulum held exactly at its top (the state never moves) for 600 steps: the
+    adjoint grows by e^(6 s * 20 /s) backward, to 1e43, past float32's 3.4e38. The plain scan's
+    backward pass overflowed to NaN; `rollout` rescales its adjoint (jaxsim_ncp.adjoint), so each
+    entry of the float32 gradient (initial velocity, every control, gravity: a model leaf) is the
+    float64 one where that fits, and +-inf with the float64 sign where it does not. A chunked
+    checkpointed rollout gives the same gradient."""
+    xml = """<mujoco><option timestep="0.01"/><worldbody><body pos="0 0 1"><joint name="j" axis="0 1 0"/>
+      <geom type="capsule" fromto="0 0 0 0 0 0.05" size="0.005" mass="1"/></body></worldbody>
+      <actuator><motor joint="j"/></actuator></mujoco>"""
+    steps = 600
+
+    def gradient(dtype, checkpoint=False):
+        model = jsn.load_mjcf(xml, dtype=dtype)
+        data = jsn.make_data(model)
+
+        def loss(qvel, ctrl, gravity):
+            m = eqx.tree_at(lambda m: m.opt.gravity, model, gravity)
+            final, traj = jsn.rollout(m, data.replace(qvel=qvel), ctrl, checkpoint=checkpoint)
+            return jnp.sum(traj.qpos[-1] ** 2) + jnp.sum(final.qvel)
+
+        args = (data.qvel, jnp.zeros((steps, 1), dtype), model.opt.gravity)
+        return [np.asarray(g, np.float64).ravel() for g in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*args)]
+
+    exact, single = gradient(jnp.float64), gradient(jnp.float32)
+    for g32, g64 in zip(single, exact):
+        assert not np.isnan(g32).any()
+        fits = np.abs(g64) < 1e37
+        np.testing.assert_allclose(g32[fits], g64[fits], rtol=1e-3, atol=1e-6)
+        beyond = np.abs(g64) > 1e39
+        assert np.array_equal(g32[beyond], np.sign(g64[beyond]) * np.inf)
+    assert (np.abs(exact[1]) > 1e39).sum() > 50 and np.isfinite(single[1]).sum() > 400  # both regimes tested
+    for a, b in zip(gradient(jnp.float32, checkpoint=100), single):
+        np.testing.assert_allclose(a, b, rtol=1e-6)

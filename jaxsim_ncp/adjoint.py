@@ -1,0 +1,149 @@
+"""Rescaled adjoints for rollouts: a gradient too large for the dtype comes back as +-inf, not NaN.
+
+The adjoint of an unstable trajectory (an inverted pendulum held at its top, a chaotic contact
+scene) grows geometrically backward in time. Past the dtype's largest number (float32: 3.4e38)
+the backward pass overflows, and inf - inf or inf * 0 inside the next step's derivative makes
+NaN, which says nothing: the true derivative exists, it is only too large to store.
+
+`rollout` therefore carries, next to its state, a log-scale `ls` that only the backward pass
+uses (its primal value is 0 throughout). Between steps `renormalize` divides the cotangent of
+the carried data by its largest entry m once m exceeds sqrt(dtype max), and adds log m to the
+cotangent of `ls`: the carry's cotangent is then the true one times exp(-ls_bar), never
+overflowing. Where a cotangent leaves the carry (a step's control and model, a per-step output,
+the initial data) `unscaled` / `emitted` / `enter` convert it back, so an entry beyond the dtype
+becomes +-inf with the true derivative's sign, and a zero stays zero. A model leaf's gradient is
+the sum of its steps' true contributions: +-inf where they overflow with one sign, NaN where
+they overflow with both (float32 cannot tell even the sign of that sum).
+
+Below the threshold nothing is rescaled (the cotangents are multiplied by exp(0) = 1): the
+gradients are those of the plain scan up to XLA's rounding (a Newton rollout's are bitwise
+equal, an NCP rollout's within 1e-12 relative)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+_ZERO = jax.custom_derivatives.SymbolicZero
+
+
+def _is_float(x) -> bool:
+    """A cotangent leaf that holds numbers: not a symbolic zero (an output nothing depends on), not
+    the float0 of an integer leaf. The rules below see symbolic zeros, so a rollout's unused
+    per-step outputs cost nothing."""
+    return not isinstance(x, _ZERO) and jnp.issubdtype(x.dtype, jnp.inexact)
+
+
+def _floats(tree):
+    return [x for x in jax.tree.leaves(tree, is_leaf=lambda x: isinstance(x, _ZERO)) if _is_float(x)]
+
+
+def _map_floats(fn, tree):
+    """fn on the floating leaves of a cotangent tree; a symbolic zero stays zero (None)."""
+    return jax.tree.map(lambda x: None if isinstance(x, _ZERO) else fn(x) if _is_float(x) else x, tree,
+                        is_leaf=lambda x: isinstance(x, _ZERO))  # fmt: skip
+
+
+def _log_scale(g_ls):
+    """ls's cotangent: the log of the factor the carry's cotangent is scaled down by."""
+    return jnp.zeros(g_ls.aval.shape, g_ls.aval.dtype) if isinstance(g_ls, _ZERO) else g_ls
+
+
+def _values(tree):
+    """The primal values of a `symbolic_zeros` fwd rule's arguments."""
+    return jax.tree.map(lambda p: p.value, tree, is_leaf=lambda x: isinstance(x, jax.custom_derivatives.CustomVJPPrimal))
+
+
+def _times_exp(g, log_scale):
+    """g * exp(log_scale) as g * exp(r) * 2^n (exp(log_scale) itself may not fit where the product
+    does), zero where g is zero (inf * 0 would be NaN)."""
+    n = jnp.floor(log_scale / np.log(2.0))
+    scaled = jnp.ldexp(g * jnp.exp(log_scale - n * np.log(2.0)).astype(g.dtype), n.astype(jnp.int32))
+    return jnp.where(g == 0, jnp.zeros_like(g), scaled)
+
+
+@jax.custom_vjp
+def enter(data):
+    """(data, ls = 0): the start of a rescaled scan; the backward pass returns data's true cotangent."""
+    return data, jnp.zeros((), data.time.dtype)
+
+
+def _enter_fwd(data):
+    return enter(_values(data)), None
+
+
+def _enter_bwd(_, g):
+    g_data, g_ls = g[0], _log_scale(g[1])
+    return (_map_floats(lambda x: _times_exp(x, g_ls), g_data),)
+
+
+enter.defvjp(_enter_fwd, _enter_bwd, symbolic_zeros=True)
+
+
+@jax.custom_vjp
+def renormalize(data, ls):
+    """Identity; the backward pass scales data's cotangent down to at most 1 once its largest
+    entry exceeds sqrt(dtype max), and adds the log of the factor to ls's."""
+    return data, ls
+
+
+def _renormalize_fwd(data, ls):
+    return _values((data, ls)), None
+
+
+def _renormalize_bwd(_, g):
+    g_data, g_ls = g[0], _log_scale(g[1])
+    largest = jnp.max(jnp.stack([jnp.max(jnp.abs(x), initial=0.0).astype(g_ls.dtype) for x in _floats(g_data)]))
+    factor = jnp.where(largest > np.sqrt(jnp.finfo(g_ls.dtype).max), largest, jnp.ones_like(largest))  # NaN stays NaN
+    return _map_floats(lambda x: x / factor.astype(x.dtype), g_data), g_ls + jnp.log(factor)
+
+
+renormalize.defvjp(_renormalize_fwd, _renormalize_bwd, symbolic_zeros=True)
+
+
+@jax.custom_vjp
+def unscaled(x, ls):
+    """Identity on what a step reads besides the carry (its control, the model): its cotangent,
+    computed in the carry's scaled frame, is returned at its true size."""
+    return x, ls
+
+
+def _unscaled_fwd(x, ls):
+    return _values((x, ls)), None
+
+
+def _unscaled_bwd(_, g):
+    g_x, g_ls = g[0], _log_scale(g[1])
+    return _map_floats(lambda y: _times_exp(y, g_ls), g_x), g_ls
+
+
+unscaled.defvjp(_unscaled_fwd, _unscaled_bwd, symbolic_zeros=True)
+
+
+@jax.custom_vjp
+def emitted(y, ls):
+    """Identity on a per-step output: its (true) cotangent enters the carry's scaled frame."""
+    return y, ls
+
+
+def _emitted_fwd(y, ls):
+    return _values((y, ls)), None
+
+
+def _emitted_bwd(_, g):
+    g_y, g_ls = g[0], _log_scale(g[1])
+    return _map_floats(lambda x: _times_exp(x, -g_ls), g_y), g_ls
+
+
+emitted.defvjp(_emitted_fwd, _emitted_bwd, symbolic_zeros=True)
+
+
+class Identity:
+    """The same four operations without rescaling (`rollout(..., rescale_adjoint=False)`)."""
+
+    enter = staticmethod(lambda data: (data, jnp.zeros((), data.time.dtype)))
+    renormalize = staticmethod(lambda data, ls: (data, ls))
+    unscaled = staticmethod(lambda x, ls: (x, ls))
+    emitted = staticmethod(lambda y, ls: (y, ls))
