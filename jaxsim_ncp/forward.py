@@ -187,9 +187,10 @@ def _ncp_solve(model: Model, data: Data) -> Data:
     interior-point iterate instead (`ncp.solve_nonlinear`, one kinematics and collision per
     iteration), impulse directions and friction rows at q (units that come into reach only at
     the pass's start configuration: there); a kept nonlinear pass is differentiated as the problem
-    re-linearized at its own solution v*, which it solves (exactly where all directions are at q). A nonlinear pass that gains kinetic
-    energy (directions at q, gaps at q (+) h v: the impulses can do work) is not kept; the next
-    one takes all directions where it ended. One that runs out of iterations goes on in the next.
+    re-linearized at its own solution v*, which it solves (exactly, where all directions are at q).
+    A nonlinear pass that gains kinetic energy (directions at q, gaps at q (+) h v: the impulses
+    can do work) is not kept, and the next one takes all directions where it ended; one that runs
+    out of iterations goes on in the next.
 
     With a contact capacity (`max_geom_pairs`) the units are compacted before their Jacobians
     are built (`constraint.unit_rows`): the solve's size follows the capacity, not the number of
