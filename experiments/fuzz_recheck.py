@@ -1,5 +1,5 @@
 """Re-run chosen scenes of a `fuzz.py` run in float64: is a float32 NaN gradient a defect or the
-overflow of a derivative that really is that large?
+overflow of a derivative that really is that large? (`--dtype float32` replays them as run.)
 
     .venv/bin/python experiments/fuzz_recheck.py --seed 1084 --scenes 1000 --only 19 100 102
 
@@ -24,19 +24,23 @@ def main() -> None:
     parser.add_argument("--scenes", type=int, required=True, help="the run's group size (--scenes with --group equal)")
     parser.add_argument("--only", type=int, nargs="+", required=True, help="scene indices to re-check")
     parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                        help="float32: replay as the run had it (a NaN there, +-inf since rollout rescales its adjoint)")
     fuzz.add_structure_arguments(parser)  # as the run had them
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", True)
-    group = fuzz.next_group(np.random.default_rng(args.seed), args.scenes, args, dtype=jnp.float64)  # the run's first
+    dtype = jnp.dtype(args.dtype)
+    group = fuzz.next_group(np.random.default_rng(args.seed), args.scenes, args, dtype=dtype)  # the run's first
     structure = group.structure
     idx = np.asarray(args.only)
     group = fuzz.Group(structure, jax.tree.map(lambda x: x[idx], group.model), group.qpos[idx], group.qvel[idx], group.apart[idx])
-    print(structure, f"float64, {args.steps} steps", flush=True)
+    print(structure, f"{args.dtype}, {args.steps} steps", flush=True)
     states_ok, grad_ok, _, diverged, gnorm, unconverged = fuzz.check_group(group, args.steps)
     for k, i in enumerate(idx):
-        print(f"scene {i}: states finite {states_ok[k]}, gradient finite {grad_ok[k]}, |gradient| {gnorm[k]:.3g}, "
+        print(f"scene {i}: states finite {states_ok[k]}, gradient finite {grad_ok[k]}, |gradient| {gnorm[k]:.3g} "
+              f"(NaN: {bool(np.isnan(gnorm[k]))}), "
               f"diverged {diverged[k]}, unconverged steps {unconverged[k]}")
-    print(f"float64 |gradient| over these scenes: min {gnorm.min():.3g}, median {np.median(gnorm):.3g}, "
+    print(f"{args.dtype} |gradient| over these scenes: min {gnorm.min():.3g}, median {np.median(gnorm):.3g}, "
           f"beyond float32 (> 3.4e38): {int((gnorm > 3.4e38).sum())} of {len(idx)}")
 
 

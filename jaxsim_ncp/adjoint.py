@@ -95,7 +95,7 @@ def _renormalize_fwd(data, ls):
 
 def _renormalize_bwd(_, g):
     g_data, g_ls = g[0], _log_scale(g[1])
-    largest = jnp.max(jnp.stack([jnp.max(jnp.abs(x), initial=0.0).astype(g_ls.dtype) for x in _floats(g_data)]))
+    largest = jnp.max(jnp.stack([jnp.zeros_like(g_ls)] + [jnp.max(jnp.abs(x), initial=0.0).astype(g_ls.dtype) for x in _floats(g_data)]))
     factor = jnp.where(largest > np.sqrt(jnp.finfo(g_ls.dtype).max), largest, jnp.ones_like(largest))  # NaN stays NaN
     return _map_floats(lambda x: x / factor.astype(x.dtype), g_data), g_ls + jnp.log(factor)
 
