@@ -539,11 +539,9 @@ def rollout(
         return (d, ls), out
 
     start = ops.enter(data)
-    if not checkpoint:
-        (final, _), traj = jax.lax.scan(body, start, ctrl)
-        return final, traj
-    body = jax.checkpoint(body)
-    if checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):
+    if checkpoint:
+        body = jax.checkpoint(body)
+    if not checkpoint or checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):
         (final, _), traj = jax.lax.scan(body, start, ctrl)
         return final, traj
 

@@ -704,9 +704,10 @@ def solve(
         x0, skip, status, restart = aux
         if solved is not None:
             x, (done, count) = x0, status
+            res = scaled_residual(x, theta, kappa)
         else:
-            x, done, count, _ = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
-        return x, (done, count, jax.lax.stop_gradient(scaled_residual(x, theta, kappa)))
+            x, done, count, res = _iterate(_mehrotra_step, x0, theta, kappa, tolerance, iterations, early_exit, skip, restart)
+        return x, (done, count, jax.lax.stop_gradient(res))
 
     def relax(x, theta, start):
         if kappa_grad == kappa:
