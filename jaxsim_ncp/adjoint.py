@@ -9,17 +9,19 @@ NaN, which says nothing: the true derivative exists, it is only too large to sto
 uses (its primal value is 0 throughout). Between steps `renormalize` divides the cotangent of
 the carried data by its largest entry m once m exceeds sqrt(dtype max), and adds log m to the
 cotangent of `ls`: the carry's cotangent is then the true one times exp(-ls_bar), never
-overflowing. Where a cotangent leaves the carry (a step's control and model, a per-step output,
-the initial data) `unscaled` / `emitted` / `enter` convert it back, so an entry beyond the dtype
-becomes +-inf with the true derivative's sign, and a zero stays zero. A model leaf's gradient is
-the sum of its steps' true contributions: +-inf where they overflow with one sign, NaN where
-they overflow with both (float32 cannot tell even the sign of that sum).
+overflowing. Where a cotangent leaves the carry (a step's control, a per-step output, the initial
+data) `unscaled` / `emitted` / `enter` convert it back, so an entry beyond the dtype becomes +-inf
+with the true derivative's sign, and a zero stays zero. The model's cotangent is summed over the
+steps in the scaled frame (below), then converted: +-inf with the sign of the sum even where the
+steps' contributions overflow with both signs.
 
 Below the threshold nothing is rescaled (the cotangents are multiplied by exp(0) = 1): the
-gradients are those of the plain scan up to XLA's rounding (a Newton rollout's are bitwise
-equal, an NCP rollout's within 1e-12 relative)."""
+gradients are those of the plain scan up to XLA's rounding (a Newton rollout's state and control
+gradients are bitwise equal, its model gradients and an NCP rollout's within 1e-11 relative)."""
 
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +48,11 @@ def _map_floats(fn, tree):
                         is_leaf=lambda x: isinstance(x, _ZERO))  # fmt: skip
 
 
+def _count(taps):
+    """A residual that holds len(taps) in its (static) shape."""
+    return jnp.zeros((len(taps), 0))
+
+
 def _log_scale(g_ls):
     """ls's cotangent: the log of the factor the carry's cotangent is scaled down by."""
     return jnp.zeros(g_ls.aval.shape, g_ls.aval.dtype) if isinstance(g_ls, _ZERO) else g_ls
@@ -65,47 +72,126 @@ def _times_exp(g, log_scale):
 
 
 @jax.custom_vjp
-def enter(data):
-    """(data, ls = 0): the start of a rescaled scan; the backward pass returns data's true cotangent."""
+def enter(data, taps):
+    """(data, ls = 0): the start of a rescaled scan; the backward pass returns data's true cotangent,
+    and the final log-scale as each tap's (`accumulator`)."""
     return data, jnp.zeros((), data.time.dtype)
 
 
-def _enter_fwd(data):
-    return enter(_values(data)), None
+def _enter_fwd(data, taps):
+    return enter(*_values((data, taps))), _count(taps)
 
 
-def _enter_bwd(_, g):
+def _enter_bwd(n, g):
     g_data, g_ls = g[0], _log_scale(g[1])
-    return (_map_floats(lambda x: _times_exp(x, g_ls), g_data),)
+    return _map_floats(lambda x: _times_exp(x, g_ls), g_data), (g_ls,) * n.shape[0]
 
 
 enter.defvjp(_enter_fwd, _enter_bwd, symbolic_zeros=True)
 
 
 @jax.custom_vjp
-def renormalize(data, ls):
-    """Identity; the backward pass scales data's cotangent down to at most 1 once its largest
-    entry exceeds sqrt(dtype max), and adds the log of the factor to ls's."""
+def renormalize(data, ls, taps):
+    """Identity on (data, ls); the backward pass scales data's cotangent down to at most 1 once its
+    largest entry exceeds sqrt(dtype max), adds the log of the factor to ls's and returns it as each
+    tap's (`rescaled`)."""
     return data, ls
 
 
-def _renormalize_fwd(data, ls):
-    return _values((data, ls)), None
+def _renormalize_fwd(data, ls, taps):
+    return _values((data, ls)), _count(taps)
 
 
-def _renormalize_bwd(_, g):
+def _renormalize_bwd(n, g):
     g_data, g_ls = g[0], _log_scale(g[1])
     largest = jnp.max(jnp.stack([jnp.zeros_like(g_ls)] + [jnp.max(jnp.abs(x), initial=0.0).astype(g_ls.dtype) for x in _floats(g_data)]))
     factor = jnp.where(largest > np.sqrt(jnp.finfo(g_ls.dtype).max), largest, jnp.ones_like(largest))  # NaN stays NaN
-    return _map_floats(lambda x: x / factor.astype(x.dtype), g_data), g_ls + jnp.log(factor)
+    log_factor = jnp.log(factor)
+    return _map_floats(lambda x: x / factor.astype(x.dtype), g_data), g_ls + log_factor, (log_factor,) * n.shape[0]
 
 
 renormalize.defvjp(_renormalize_fwd, _renormalize_bwd, symbolic_zeros=True)
 
 
+# The model's cotangent. A step's model cotangent is in the carry's scaled frame; converted back
+# step by step, contributions beyond the dtype with both signs would sum to inf - inf. It is summed
+# in the scaled frame instead, in the cotangent of an accumulator (zeros shaped like each floating
+# leaf of the model) that the scan carries: `borrow` adds each step's to it, `rescaled` divides it
+# by the factor `renormalize` divides the state's by (passed as a tap's cotangent), and
+# `accumulator` converts the sum back at the start. Each leaf has its own accumulator and taps,
+# which depend on that leaf only: JAX computes the cotangents of the leaves that are differentiated.
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _accumulator(leaf, dtype):
+    return jnp.zeros_like(leaf), jnp.zeros((), dtype)
+
+
+def _accumulator_fwd(leaf, dtype):
+    return _accumulator(_values(leaf), dtype), None
+
+
+def _accumulator_bwd(dtype, _, g):
+    g_acc, g_tap = g[0], _log_scale(g[1])
+    return (_map_floats(lambda x: _times_exp(x, g_tap), g_acc),)
+
+
+_accumulator.defvjp(_accumulator_fwd, _accumulator_bwd, symbolic_zeros=True)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _rescaled(acc, dtype):
+    return acc, jnp.zeros((), dtype)
+
+
+def _rescaled_fwd(acc, dtype):
+    return _rescaled(_values(acc), dtype), None
+
+
+def _rescaled_bwd(dtype, _, g):
+    g_acc, g_tap = g[0], _log_scale(g[1])
+    return (_map_floats(lambda x: _times_exp(x, -g_tap), g_acc),)
+
+
+_rescaled.defvjp(_rescaled_fwd, _rescaled_bwd, symbolic_zeros=True)
+
+
+@jax.custom_vjp
+def _borrow(leaf, acc):
+    return leaf
+
+
+def _borrow_fwd(leaf, acc):
+    return _values(leaf), None
+
+
+def _borrow_bwd(_, g):
+    return None, _map_floats(lambda x: x, g)
+
+
+_borrow.defvjp(_borrow_fwd, _borrow_bwd, symbolic_zeros=True)
+
+
+def accumulator(model_floats: list, dtype) -> tuple[tuple, tuple]:
+    """(acc, taps): zeros like each leaf and a zero tap per leaf; the backward pass returns each
+    acc's cotangent at its true size, the taps' cotangents (`enter`'s) being the log-scale at the start."""
+    return tuple(zip(*[_accumulator(x, dtype) for x in model_floats])) or ((), ())
+
+
+def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
+    """(acc, taps); the backward pass divides each acc's cotangent by exp(its tap's), the factor
+    the state's was divided by in the same step (`renormalize`)."""
+    return tuple(zip(*[_rescaled(a, dtype) for a in acc])) or ((), ())
+
+
+def borrow(model_floats: list, acc: tuple) -> list:
+    """Identity on the model's floating leaves as a step reads them: their cotangent goes to acc's."""
+    return [_borrow(x, a) for x, a in zip(model_floats, acc)]
+
+
 @jax.custom_vjp
 def unscaled(x, ls):
-    """Identity on what a step reads besides the carry (its control, the model): its cotangent,
+    """Identity on what a step reads besides the carry and the model (its control): its cotangent,
     computed in the carry's scaled frame, is returned at its true size."""
     return x, ls
 
@@ -141,9 +227,12 @@ emitted.defvjp(_emitted_fwd, _emitted_bwd, symbolic_zeros=True)
 
 
 class Identity:
-    """The same four operations without rescaling (`rollout(..., rescale_adjoint=False)`)."""
+    """The same operations without rescaling (`rollout(..., rescale_adjoint=False)`)."""
 
-    enter = staticmethod(lambda data: (data, jnp.zeros((), data.time.dtype)))
-    renormalize = staticmethod(lambda data, ls: (data, ls))
+    enter = staticmethod(lambda data, taps: (data, jnp.zeros((), data.time.dtype)))
+    renormalize = staticmethod(lambda data, ls, taps: (data, ls))
+    accumulator = staticmethod(lambda model_floats, dtype: ((), ()))
+    rescaled = staticmethod(lambda acc, dtype: (acc, ()))
+    borrow = staticmethod(lambda model_floats, acc: model_floats)
     unscaled = staticmethod(lambda x, ls: (x, ls))
     emitted = staticmethod(lambda y, ls: (y, ls))

@@ -528,21 +528,31 @@ def rollout(
     elif not (isinstance(checkpoint, (bool, int, np.integer)) and checkpoint >= 0):
         raise ValueError(f"checkpoint must be False, True, a chunk length k >= 1 or 'sqrt', got {checkpoint!r}")
 
-    # the carry is (data, log-scale of its adjoint); forward values are untouched either way
+    # the carry is (data, log-scale of its adjoint, the adjoint accumulator of the model's floating
+    # leaves); forward values are untouched either way
     ops = adjoint if rescale_adjoint else adjoint.Identity
+    leaves, treedef = jax.tree.flatten(model)
+    borrowed = [jnp.issubdtype(jnp.result_type(x), jnp.inexact) for x in leaves]
+    model_floats = [x for x, b in zip(leaves, borrowed) if b]
+    dtype = data.time.dtype
 
     def body(carry, u):
-        d, ls = ops.renormalize(*carry)
-        (m, u), ls = ops.unscaled((model, u), ls)
+        d, ls, acc = carry
+        acc, taps = ops.rescaled(acc, dtype)
+        d, ls = ops.renormalize(d, ls, taps)
+        floats = iter(ops.borrow(model_floats, acc))
+        m = treedef.unflatten([next(floats) if b else x for x, b in zip(leaves, borrowed)])
+        u, ls = ops.unscaled(u, ls)
         d = step(m, d.replace(ctrl=u))
         out, ls = ops.emitted(d, ls)
-        return (d, ls), out
+        return (d, ls, acc), out
 
-    start = ops.enter(data)
+    acc, taps = ops.accumulator(model_floats, dtype)
+    start = (*ops.enter(data, taps), acc)
     if checkpoint:
         body = jax.checkpoint(body)
     if not checkpoint or checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):
-        (final, _), traj = jax.lax.scan(body, start, ctrl)
+        (final, _, _), traj = jax.lax.scan(body, start, ctrl)
         return final, traj
 
     k = int(checkpoint)

@@ -373,16 +373,19 @@ def test_a_singular_mass_matrix_is_refused_at_load():
 
 
 def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
-    """An inverted pendulum held exactly at its top (the state never moves) for 600 steps: the
-    adjoint grows by e^(6 s * 20 /s) backward, to 1e43, past float32's 3.4e38. The plain scan's
-    backward pass overflowed to NaN; `rollout` rescales its adjoint (jaxsim_ncp.adjoint), so each
-    entry of the float32 gradient (initial velocity, every control, gravity: a model leaf) is the
-    float64 one where that fits, and +-inf with the float64 sign where it does not. A chunked
-    checkpointed rollout gives the same gradient."""
-    xml = """<mujoco><option timestep="0.01"/><worldbody><body pos="0 0 1"><joint name="j" axis="0 1 0"/>
-      <geom type="capsule" fromto="0 0 0 0 0 0.05" size="0.005" mass="1"/></body></worldbody>
-      <actuator><motor joint="j"/></actuator></mujoco>"""
-    steps = 600
+    """Two inverted pendulums held exactly at their tops (the state never moves) for 800 steps: the
+    adjoint grows backward by e^(8 s * 16 /s) and e^(8 s * 13 /s), past float32's 3.4e38. The plain
+    scan's backward pass overflowed to NaN; `rollout` rescales its adjoint (jaxsim_ncp.adjoint), so
+    each entry of the float32 gradient (initial velocity, every control, gravity: a model leaf) is
+    the float64 one where that fits, and +-inf with the float64 sign where it does not. The loss
+    weighs the short pendulum by +1e-8 and the long one by -1: gravity's per-step contributions
+    overflow with both signs (long one first, short one last), and are summed before being
+    converted back. A chunked checkpointed rollout gives the same gradient."""
+    xml = """<mujoco><option timestep="0.01"><flag contact="disable"/></option><worldbody>
+      <body pos="0 0 1"><joint name="a" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 0 0 0.05" size="0.005" mass="1"/></body>
+      <body pos="1 0 1"><joint name="b" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 0 0 0.07" size="0.005" mass="1"/></body>
+      </worldbody><actuator><motor joint="a"/><motor joint="b"/></actuator></mujoco>"""
+    steps = 800
 
     def gradient(dtype, checkpoint=False):
         model = jsn.load_mjcf(xml, dtype=dtype)
@@ -391,9 +394,9 @@ def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
         def loss(qvel, ctrl, gravity):
             m = eqx.tree_at(lambda m: m.opt.gravity, model, gravity)
             final, traj = jsn.rollout(m, data.replace(qvel=qvel), ctrl, checkpoint=checkpoint)
-            return jnp.sum(traj.qpos[-1] ** 2) + jnp.sum(final.qvel)
+            return 1e-8 * traj.qpos[-1, 0] - traj.qpos[-1, 1] + jnp.sum(final.qvel * jnp.array([1e-8, -1.0]))
 
-        args = (data.qvel, jnp.zeros((steps, 1), dtype), model.opt.gravity)
+        args = (data.qvel, jnp.zeros((steps, 2), dtype), model.opt.gravity)
         return [np.asarray(g, np.float64).ravel() for g in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*args)]
 
     exact, single = gradient(jnp.float64), gradient(jnp.float32)
@@ -403,6 +406,7 @@ def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
         np.testing.assert_allclose(g32[fits], g64[fits], rtol=1e-3, atol=1e-6)
         beyond = np.abs(g64) > 1e39
         assert np.array_equal(g32[beyond], np.sign(g64[beyond]) * np.inf)
-    assert (np.abs(exact[1]) > 1e39).sum() > 50 and np.isfinite(single[1]).sum() > 400  # both regimes tested
+    assert (np.abs(exact[1]) > 1e39).sum() > 50 and np.isfinite(single[1]).sum() > 800  # both regimes tested
+    assert exact[2][0] > 1e39  # gravity: the sum of contributions beyond the dtype of both signs
     for a, b in zip(gradient(jnp.float32, checkpoint=100), single):
         np.testing.assert_allclose(a, b, rtol=1e-6)
