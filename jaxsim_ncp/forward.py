@@ -324,12 +324,13 @@ def _ncp_solve(model: Model, data: Data) -> Data:
                 # directions at the next configuration, up to one pass; the gradient then holds them fixed)
                 rows_q = math.tree_where(energetic, rows, with_new_units(rows._replace(**at_q), rows))
 
-                def relinearize(v):  # model parameters (friction, sizes) reach the rows: cut here, not differentiated
-                    rows_v, G = nonlinear_rows(rows_q, rows_at(v, frozen_data)[1], v)
+                def at(rows_v, v):  # model parameters (friction, sizes) reach the rows: cut here, not differentiated
+                    rows_v, G = nonlinear_rows(rows_q, rows_v, v)
                     return jax.lax.stop_gradient(problem(rows_v, frozen_step, G))
 
-                sol = ncp.solve_nonlinear(relinearize(start[0]), relinearize, kappa, tolerance, opt.iterations,
-                                          opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
+                # the pass starts at v = start[0] = qvel_lin, where `rows` already are
+                sol = ncp.solve_nonlinear(at(rows, qvel_lin), lambda v: at(rows_at(v, frozen_data)[1], v), kappa, tolerance,
+                                          opt.iterations, opt.ncp_early_exit, ~needed, jax.lax.stop_gradient(start[:3]))  # fmt: skip
                 return full_layout(rows_q, sol), jnp.zeros_like(qvel_lin), jnp.where(energetic, 2, 1)
 
             new = jax.lax.cond(first, linear_pass, nonlinear_pass)
@@ -357,13 +358,17 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty, no_rows), flags)
         kept, qvel_lin, kept_mode = best
-        contact, rows = rows_at(qvel_lin)
         G = None
-        if nonlinear:  # a nonlinear pass's solution solves its rows at its own velocity (`ncp.solve_nonlinear`)
-            v_end = jax.lax.stop_gradient(kept.qvel)
+        if not nonlinear:
+            contact, rows = rows_at(qvel_lin)
+        else:  # a nonlinear pass's solution solves its rows at its own velocity (`ncp.solve_nonlinear`)
             # the rows the pass took at its start configuration, taken at its end (one collision less:
-            # its gradient then holds them at the end, where they differ by one pass's change)
-            at_end = rows_at(v_end)[1]
+            # its gradient then holds them at the end, where they differ by one pass's change); both
+            # configurations in one vmapped collision (one traced copy, forward and backward)
+            v_end = jax.lax.stop_gradient(kept.qvel)
+            both = jax.vmap(rows_at)(jnp.stack([qvel_lin, v_end]))
+            contact, rows = jax.tree.map(lambda x: x[0], both)
+            at_end = jax.tree.map(lambda x: x[1], both[1])
             fixed_rows = math.tree_where(kept_mode == 2, at_end, with_new_units(rows, at_end))
             rows_end, G_end = nonlinear_rows(fixed_rows, at_end, v_end)
             rows = math.tree_where(kept_mode > 0, rows_end, rows)
