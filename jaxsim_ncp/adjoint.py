@@ -172,10 +172,19 @@ def _borrow_bwd(_, g):
 _borrow.defvjp(_borrow_fwd, _borrow_bwd, symbolic_zeros=True)
 
 
-def accumulator(model_floats: list, dtype) -> tuple[tuple, tuple]:
-    """(acc, taps): zeros like each leaf and a zero tap per leaf; the backward pass returns each
-    acc's cotangent at its true size, the taps' cotangents (`enter`'s) being the log-scale at the start."""
-    return tuple(zip(*[_accumulator(x, dtype) for x in model_floats])) or ((), ())
+def _inexact(x) -> bool:
+    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+
+
+def _float_leaves(model) -> list:
+    return [x for x in jax.tree.leaves(model) if _inexact(x)]
+
+
+def accumulator(model, dtype) -> tuple[tuple, tuple]:
+    """(acc, taps): zeros like each floating leaf of the model and a zero tap per leaf; the backward
+    pass returns each acc's cotangent at its true size (the taps' cotangents, from `enter`, being the
+    log-scale at the start) as its leaf's."""
+    return tuple(zip(*[_accumulator(x, dtype) for x in _float_leaves(model)])) or ((), ())
 
 
 def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
@@ -184,9 +193,11 @@ def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
     return tuple(zip(*[_rescaled(a, dtype) for a in acc])) or ((), ())
 
 
-def borrow(model_floats: list, acc: tuple) -> list:
-    """Identity on the model's floating leaves as a step reads them: their cotangent goes to acc's."""
-    return [_borrow(x, a) for x, a in zip(model_floats, acc)]
+def borrow(model, acc: tuple):
+    """The model as a step reads it: the cotangents of its floating leaves go to acc's."""
+    leaves, treedef = jax.tree.flatten(model)
+    borrowed = iter([_borrow(x, a) for x, a in zip(_float_leaves(model), acc)])
+    return treedef.unflatten([next(borrowed) if _inexact(x) else x for x in leaves])
 
 
 @jax.custom_vjp
@@ -231,8 +242,8 @@ class Identity:
 
     enter = staticmethod(lambda data, taps: (data, jnp.zeros((), data.time.dtype)))
     renormalize = staticmethod(lambda data, ls, taps: (data, ls))
-    accumulator = staticmethod(lambda model_floats, dtype: ((), ()))
+    accumulator = staticmethod(lambda model, dtype: ((), ()))
     rescaled = staticmethod(lambda acc, dtype: (acc, ()))
-    borrow = staticmethod(lambda model_floats, acc: model_floats)
+    borrow = staticmethod(lambda model, acc: model)
     unscaled = staticmethod(lambda x, ls: (x, ls))
     emitted = staticmethod(lambda y, ls: (y, ls))

@@ -536,23 +536,18 @@ def rollout(
     # the carry is (data, log-scale of its adjoint, the adjoint accumulator of the model's floating
     # leaves); forward values are untouched either way
     ops = adjoint if rescale_adjoint else adjoint.Identity
-    leaves, treedef = jax.tree.flatten(model)
-    borrowed = [jnp.issubdtype(jnp.result_type(x), jnp.inexact) for x in leaves]
-    model_floats = [x for x, b in zip(leaves, borrowed) if b]
     dtype = data.time.dtype
 
     def body(carry, u):
         d, ls, acc = carry
         acc, taps = ops.rescaled(acc, dtype)
         d, ls = ops.renormalize(d, ls, taps)
-        floats = iter(ops.borrow(model_floats, acc))
-        m = treedef.unflatten([next(floats) if b else x for x, b in zip(leaves, borrowed)])
         u, ls = ops.unscaled(u, ls)
-        d = step(m, d.replace(ctrl=u))
+        d = step(ops.borrow(model, acc), d.replace(ctrl=u))
         out, ls = ops.emitted(d, ls)
         return (d, ls, acc), out
 
-    acc, taps = ops.accumulator(model_floats, dtype)
+    acc, taps = ops.accumulator(model, dtype)
     start = (*ops.enter(data, taps), acc)
     if checkpoint:
         body = jax.checkpoint(body)
