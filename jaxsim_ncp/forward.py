@@ -344,8 +344,8 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         contact, rows = rows_at()
         sol = solve(rows)
     else:  # the passes, then a round that only judges the last one (one traced collision for all rounds)
-        def shapes():  # of a pass's result and of the rows at q (one traced collision for both)
-            rows = rows_at()[1]
+        def shapes():  # of a pass's result and of the rows at q (data's contact slots have a collision's shapes)
+            rows = constraint.unit_rows(model, data, limit_reach)
             return (solve(rows), data.qvel, 0), _moving(rows)
 
         empty, no_rows = jax.tree.map(jnp.zeros_like, jax.eval_shape(shapes))
