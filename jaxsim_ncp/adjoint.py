@@ -115,45 +115,30 @@ renormalize.defvjp(_renormalize_fwd, _renormalize_bwd, symbolic_zeros=True)
 
 # The model's cotangent. A step's model cotangent is in the carry's scaled frame; converted back
 # step by step, contributions beyond the dtype with both signs would sum to inf - inf. It is summed
-# in the scaled frame instead, in the cotangent of an accumulator (zeros shaped like each floating
-# leaf of the model) that the scan carries: `borrow` adds each step's to it, `rescaled` divides it
-# by the factor `renormalize` divides the state's by (passed as a tap's cotangent), and
-# `accumulator` converts the sum back at the start. Each leaf has its own accumulator and taps,
-# which depend on that leaf only: JAX computes the cotangents of the leaves that are differentiated.
+# in the scaled frame instead, in the cotangent of an accumulator `acc` (one per floating leaf of
+# the model; its value, a copy of the leaf, is never read) that the scan carries: `borrow` adds
+# each step's to it, `rescaled` divides it by the factor `renormalize` divides the state's by
+# (passed as a tap's cotangent), and `accumulator` converts the sum back at the start. Each leaf
+# has its own acc and taps, which depend on that leaf only: JAX computes the cotangents of the
+# leaves that are differentiated.
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _accumulator(leaf, dtype):
-    return jnp.zeros_like(leaf), jnp.zeros((), dtype)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
+def _tapped(x, dtype, sign):
+    """(x, tap = 0); the backward pass multiplies x's cotangent by exp(sign * tap's)."""
+    return x, jnp.zeros((), dtype)
 
 
-def _accumulator_fwd(leaf, dtype):
-    return _accumulator(_values(leaf), dtype), None
+def _tapped_fwd(x, dtype, sign):
+    return _tapped(_values(x), dtype, sign), None
 
 
-def _accumulator_bwd(dtype, _, g):
-    g_acc, g_tap = g[0], _log_scale(g[1])
-    return (_map_floats(lambda x: _times_exp(x, g_tap), g_acc),)
+def _tapped_bwd(dtype, sign, _, g):
+    g_x, g_tap = g[0], _log_scale(g[1])
+    return (_map_floats(lambda y: _times_exp(y, sign * g_tap), g_x),)
 
 
-_accumulator.defvjp(_accumulator_fwd, _accumulator_bwd, symbolic_zeros=True)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _rescaled(acc, dtype):
-    return acc, jnp.zeros((), dtype)
-
-
-def _rescaled_fwd(acc, dtype):
-    return _rescaled(_values(acc), dtype), None
-
-
-def _rescaled_bwd(dtype, _, g):
-    g_acc, g_tap = g[0], _log_scale(g[1])
-    return (_map_floats(lambda x: _times_exp(x, -g_tap), g_acc),)
-
-
-_rescaled.defvjp(_rescaled_fwd, _rescaled_bwd, symbolic_zeros=True)
+_tapped.defvjp(_tapped_fwd, _tapped_bwd, symbolic_zeros=True)
 
 
 @jax.custom_vjp
@@ -181,16 +166,16 @@ def _float_leaves(model) -> list:
 
 
 def accumulator(model, dtype) -> tuple[tuple, tuple]:
-    """(acc, taps): zeros like each floating leaf of the model and a zero tap per leaf; the backward
-    pass returns each acc's cotangent at its true size (the taps' cotangents, from `enter`, being the
-    log-scale at the start) as its leaf's."""
-    return tuple(zip(*[_accumulator(x, dtype) for x in _float_leaves(model)])) or ((), ())
+    """(acc, taps): an acc and a zero tap per floating leaf of the model; the backward pass returns
+    each acc's cotangent at its true size (the taps' cotangents, from `enter`, being the log-scale
+    at the start) as its leaf's."""
+    return tuple(zip(*[_tapped(x, dtype, 1.0) for x in _float_leaves(model)])) or ((), ())
 
 
 def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
     """(acc, taps); the backward pass divides each acc's cotangent by exp(its tap's), the factor
     the state's was divided by in the same step (`renormalize`)."""
-    return tuple(zip(*[_rescaled(a, dtype) for a in acc])) or ((), ())
+    return tuple(zip(*[_tapped(a, dtype, -1.0) for a in acc])) or ((), ())
 
 
 def borrow(model, acc: tuple):
