@@ -176,6 +176,8 @@ def from_mujoco(
         fluid=bool(m.opt.density != 0 or m.opt.viscosity != 0),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),
+        ccd_tolerance=float(m.opt.ccd_tolerance),
+        ccd_iterations=int(m.opt.ccd_iterations),
         integrator=integrator,
         solver=solver,
         iterations=int(m.opt.iterations if iterations is None else iterations),

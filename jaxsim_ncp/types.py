@@ -463,6 +463,8 @@ class Option(eqx.Module):
     max_geom_pairs: int | None = eqx.field(static=True, default=None)  # narrow-phase capacity per pair group
     adaptive: Any = eqx.field(static=True, default=None)  # integrate.adaptive.Adaptive with integrator="adaptive"
     fluid: bool = eqx.field(static=True, default=False)  # density or viscosity nonzero in the MJCF: fluid forces on
+    ccd_tolerance: float = eqx.field(static=True, default=1e-6)  # MuJoCo's GJK/EPA stop (collision/ccd.py)
+    ccd_iterations: int = eqx.field(static=True, default=35)
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""

@@ -49,6 +49,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float
 
 from .. import linalg
+from . import ccd
 from ..math import make_frame, safe_norm
 from .base import Collision, GeomFrame
 
@@ -465,10 +466,39 @@ def _bound(kind: int, size, mesh=None) -> Float[Array, ""]:
     return safe_norm(size)
 
 
+DISCRETE = {BOX, MESH}  # polytopes (a height field's prisms are meshes): MuJoCo's GJK/EPA end exactly on them
+
+
+def _mujoco_contact(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, margin, tolerance: float, iterations: int) -> ccd.Result:
+    """MuJoCo's contact (mjc_penetration, nativeccd) between the two geoms (`ccd.py`)."""
+    half = 0.5 * margin
+    r1, r2 = _radius(k1, g1.size), _radius(k2, g2.size)
+
+    def support(core: bool):
+        e1 = half if k1 not in (SPHERE, CAPSULE) else (0.0 if core else r1 + half)
+        e2 = half if k2 not in (SPHERE, CAPSULE) else (0.0 if core else r2 + half)
+
+        def fn(d):
+            a = _core_support(k1, g1, d) + e1 * d
+            b = _core_support(k2, g2, -d) - e2 * d
+            return a - b, a, b
+
+        return fn
+
+    rounded = None
+    if k1 in (SPHERE, CAPSULE) or k2 in (SPHERE, CAPSULE):
+        rounded = tuple(r + half if k in (SPHERE, CAPSULE) else jnp.zeros_like(r) for k, r in ((k1, r1), (k2, r2)))
+    tol = jnp.asarray(tolerance, g1.pos.dtype)
+    return ccd.penetration(support(True), support(False), g1.pos, g2.pos, rounded, margin, tol, iterations)
+
+
 def convex_contact(k1: int, k2: int) -> Callable:
     """Narrow-phase function (base contract, one slot) for geom types k1 <= k2."""
 
-    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision:
+    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd: tuple[float, int] | None = None) -> Collision:
+        """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): the contact's value is then MuJoCo's
+        approximation (`ccd.py`, float64 and a curved shape in the pair), its derivative the
+        exact contact's."""
         dtype = g1.pos.dtype
         eps = jnp.finfo(dtype).eps
         gs1, gs2 = jax.lax.stop_gradient((g1, g2))
@@ -516,7 +546,15 @@ def convex_contact(k1: int, k2: int) -> Callable:
         n = jnp.where(worse, n0, n)
         dist = jnp.where(worse, dist_start, dist)
         pos = 0.5 * jnp.where(worse, a_start + b_start, a + b)
-        return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=(dist < margin)[None])
+        valid = dist < margin
+        if ccd is not None and dtype == jnp.float64 and not {k1, k2} <= DISCRETE:
+            mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd)
+            finite = jnp.isfinite(mj.dist) & jnp.all(jnp.isfinite(mj.pos)) & jnp.all(jnp.isfinite(mj.normal))
+            use = mj.contact & finite
+            straight = lambda exact, value: jnp.where(use, exact + jax.lax.stop_gradient(value - exact), exact)  # noqa: E731
+            dist, pos, n = straight(dist, mj.dist), straight(pos, mj.pos), straight(n, mj.normal)
+            valid = jnp.where(finite, mj.contact, valid)
+        return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=valid[None])
 
     fn.__name__ = f"convex_{k1}_{k2}"
     return fn

@@ -25,6 +25,7 @@ contacts closer than margin + gap, and only those closer than margin
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax
 import jax.numpy as jnp
@@ -102,16 +103,19 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_r
     includemargin is unchanged.
     """
     parts, overflow = [], jnp.zeros((), bool)
+    ccd = (model.opt.ccd_tolerance, model.opt.ccd_iterations)  # convex pairs: MuJoCo's GJK/EPA values
     for group in model.constraints.groups:
         if group.hfield >= 0:
             topo, h = model.topology, group.hfield
             fn = hfield.collider(group.types[1], topo.hfield_nrow[h], topo.hfield_ncol[h], group.cells,
-                                 model.hfield_data[h], model.hfield_size[h])  # fmt: skip
+                                 model.hfield_data[h], model.hfield_size[h], ccd)  # fmt: skip
             n_slots = group.n_slots
         else:
             fn, n_slots = FUNCTIONS[group.types]
         if model.opt.disabled("multiccd") and (group.types in multiccd.FUNCTIONS or group.types in mesh.MULTICCD_PAIRS):
             fn = multiccd.single_contact(*group.types)
+        if "ccd" in inspect.signature(fn).parameters:
+            fn = functools.partial(fn, ccd=ccd)
         if model.opt.collision_smoothing > 0 and group.types in primitives.SMOOTHED:
             fn = functools.partial(fn, smoothing=model.opt.collision_smoothing)
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)

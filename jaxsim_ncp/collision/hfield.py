@@ -23,6 +23,7 @@ the NCP's look-ahead uses the true prism distance.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -46,11 +47,11 @@ def window(rbound: float, size: np.ndarray, nrow: int, ncol: int) -> tuple[int, 
     return int(np.ceil(2 * rbound / dy)) + 1, int(np.ceil(2 * rbound / dx)) + 1
 
 
-def collider(kind: int, nrow: int, ncol: int, cells: tuple[int, int], elevation, size) -> Callable:
+def collider(kind: int, nrow: int, ncol: int, cells: tuple[int, int], elevation, size, ccd=None) -> Callable:
     """Narrow-phase function (base contract) of a height field (g1) against a geom of `kind`,
     with 2 * rows * columns contact slots; `elevation` (nrow * ncol) and `size` (4) are the
-    height field's (model leaves, so differentiable)."""
-    prism_contact = jax.vmap(convex_contact(MESH, kind), in_axes=(0, None, None))
+    height field's (model leaves, so differentiable); ccd as `convex.convex_contact`'s."""
+    prism_contact = jax.vmap(functools.partial(convex_contact(MESH, kind), ccd=ccd), in_axes=(0, None, None))
     rows, cols = cells
 
     def fn(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:

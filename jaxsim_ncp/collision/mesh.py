@@ -176,8 +176,8 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
             return _box_features(g, towards, rows, one)
         return _round_features(kind, g, witness, towards, rows, one)
 
-    def fn(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
-        base = single(g1, g2, margin)
+    def fn(g1: GeomFrame, g2: GeomFrame, margin, ccd=None) -> Collision:
+        base = single(g1, g2, margin, ccd)
         one = (g1.pos[0] + g2.pos[0]) * 0.0 + 1.0  # see multiccd._mul
         n, dist = base.frame[0, 0], base.dist[0]
         ns = jax.lax.stop_gradient(n)

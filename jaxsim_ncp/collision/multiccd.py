@@ -301,8 +301,8 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
     limit = 2 if CAPSULE in (k1, k2) else 4
     single = convex_contact(k1, k2)
 
-    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""]) -> Collision:
-        base = single(g1, g2, margin)
+    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd=None) -> Collision:
+        base = single(g1, g2, margin, ccd)
         # a 1 that XLA cannot constant-fold (see _mul): it depends on the (traced) geom poses,
         # also when the model, and so the margin, is a compile-time constant
         one = (g1.pos[0] + g2.pos[0]) * 0.0 + 1.0
@@ -394,7 +394,7 @@ def _pad_slots(col: Collision, n: int) -> Collision:
 def single_contact(k1: int, k2: int) -> Callable:
     """The same slots holding MuJoCo's single contact only (multiccd disabled)."""
     single, limit = convex_contact(k1, k2), 2 if CAPSULE in (k1, k2) else 4
-    return lambda g1, g2, margin: _pad_slots(single(g1, g2, margin), limit)
+    return lambda g1, g2, margin, ccd=None: _pad_slots(single(g1, g2, margin, ccd), limit)
 
 
 PAIRS = [(CAPSULE, CYLINDER), (CYLINDER, CYLINDER), (CYLINDER, BOX)]

@@ -1,0 +1,596 @@
+"""MuJoCo's native convex collision (mjc_ccd), iterate for iterate: the value of a convex contact.
+
+MuJoCo runs GJK and EPA until they are within `opt.ccd_tolerance` (default 1e-6) of the
+contact, so where a curved shape takes part its contact is that far from the exact one, not at
+it: barkour's spherical feet pressed into its height field sit up to 7.7e-5 m from the exact
+contact point, and its qacc differs by 5.6e-5 relative. `convex.py` converges to the exact
+contact, whose derivative it needs. This module repeats MuJoCo's iterates (engine_collision_gjk.c,
+MuJoCo 4; GJK's signed-volume subalgorithm is Montanari et al., ToG 2017), so that
+`convex.convex_contact` can return MuJoCo's value with the exact contact's derivative.
+
+1. A sphere or capsule in the pair: GJK between the cores (centre, segment), starting from the
+   geoms' centres. Cores apart by more than the tolerance: the contact is their distance less
+   the radii (shallow penetration, no EPA).
+2. Else GJK on the whole shapes from the centres. Once its simplex is a tetrahedron it walks the
+   tetrahedron towards the origin (gjkIntersect); one that contains the origin starts EPA.
+3. EPA from that tetrahedron, or from the hexahedron MuJoCo builds on a triangle or a segment GJK
+   stopped on: expand the face closest to the origin by the support point along its normal
+   until the support's distance is within the tolerance of the face's. The witnesses are
+   interpolated at the origin's projection onto the last face.
+
+Only faces with equal distances may be chosen differently (MuJoCo keeps its candidates in a map
+whose order follows deletions; here the lowest slot wins). Everything runs on stop-gradient
+inputs, in float64 (MuJoCo's double build: its float build has other thresholds).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+MINVAL = 1e-15  # mjMINVAL
+MINVAL2 = MINVAL * MINVAL  # mjMINVAL2 = mjMINDIST2/3/4 (double)
+MAXVAL2 = 1e20  # mjMAXVAL^2
+HORIZON = 24  # MuJoCo's horizon buffer: edges a new support point can see
+SIN120, COS120 = 0.86602540378, -0.5  # polytope2's rotation, MuJoCo's constants
+
+Support = Callable  # normalized direction d -> (w, a, b): a = s_1(d), b = s_2(-d), w = a - b
+
+
+def _big(dtype):
+    return jnp.asarray(np.finfo(dtype).max, dtype)  # mjMAX_LIMIT
+
+
+def _same(a, b):
+    return ((a > 0) & (b > 0)) | ((a < 0) & (b < 0))
+
+
+def _det3(a, b, c):
+    return jnp.dot(a, jnp.cross(b, c))
+
+
+def _pick(cond, a, b):
+    return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
+
+
+# -------------------------------------------------------------- signed-volume subalgorithm
+
+
+def _s1d(s1, s2):
+    """Barycentric coordinates of the origin's projection onto segment s1 s2, or (0, 1) (s2)
+    when it falls outside (MuJoCo keeps the newer point, s2)."""
+    diff = s2 - s1
+    dd = jnp.dot(diff, diff)
+    p = s2 + (-(jnp.dot(s2, diff) / jnp.where(dd > 0, dd, 1.0))) * diff
+    mu = s1 - s2
+    idx = jnp.where(jnp.abs(mu[1]) >= jnp.abs(mu[0]), 1, 0)
+    idx = jnp.where(jnp.abs(mu[2]) >= jnp.abs(mu[idx]), 2, idx)
+    mu_max = mu[idx]
+    c1, c2 = p[idx] - s2[idx], s1[idx] - p[idx]
+    inside = _same(mu_max, c1) & _same(mu_max, c2) & (dd > 0)
+    safe = jnp.where(inside, mu_max, 1.0)
+    return jnp.where(inside, jnp.stack([c1 / safe, c2 / safe]), jnp.array([0.0, 1.0], s1.dtype))
+
+
+def _project_origin_plane(v1, v2, v3):
+    """(origin projected onto the plane of v1 v2 v3, failed): three cross products tried in turn."""
+    d21, d31, d32 = v2 - v1, v3 - v1, v3 - v2
+    cands = [(jnp.cross(d32, d21), v2), (jnp.cross(d21, d31), v1), (jnp.cross(d31, d32), v3)]
+    out = []
+    for n, v in cands:
+        nv, nn = jnp.dot(n, v), jnp.dot(n, n)
+        out.append((n * (nv / jnp.where(nn == 0, 1.0, nn)), nv, nn))
+    (r1, nv1, nn1), (r2, nv2, nn2), (r3, _, _) = out
+    ok1 = (nv1 != 0) & (nn1 > MINVAL)
+    ok2 = (nv2 != 0) & (nn2 > MINVAL)
+    failed = (nn1 == 0) | (~ok1 & (nn2 == 0))
+    return jnp.where(ok1, r1, jnp.where(ok2, r2, r3)), failed
+
+
+def _minors(s1, s2, s3):
+    """(largest minor of [s; 1], the two axes kept): the triangle's largest axis projection."""
+    m14 = s2[1] * s3[2] - s2[2] * s3[1] - s1[1] * s3[2] + s1[2] * s3[1] + s1[1] * s2[2] - s1[2] * s2[1]
+    m24 = s2[0] * s3[2] - s2[2] * s3[0] - s1[0] * s3[2] + s1[2] * s3[0] + s1[0] * s2[2] - s1[2] * s2[0]
+    m34 = s2[0] * s3[1] - s2[1] * s3[0] - s1[0] * s3[1] + s1[1] * s3[0] + s1[0] * s2[1] - s1[1] * s2[0]
+    a1, a2, a3 = jnp.abs(m14), jnp.abs(m24), jnp.abs(m34)
+    k = jnp.where((a1 >= a2) & (a1 >= a3), 0, jnp.where(a2 >= a3, 1, 2))
+    return jnp.stack([m14, m24, m34])[k], jnp.array([[1, 2], [0, 2], [0, 1]])[k]
+
+
+def _areas(p, s1, s2, s3, axes):
+    """Signed areas (p, s2, s3), (p, s3, s1), (p, s1, s2) in the plane of `axes`."""
+
+    def area(q, u, v):
+        q, u, v = q[axes], u[axes], v[axes]
+        return q[0] * u[1] + q[1] * v[0] + u[0] * v[1] - q[0] * v[1] - q[1] * u[0] - v[0] * u[1]
+
+    return jnp.stack([area(p, s2, s3), area(p, s3, s1), area(p, s1, s2)])
+
+
+def _closest_of(cands, fallback):
+    """MuJoCo's choice among sub-simplices [(outside, lam, x)]: the first outside one, then any
+    later outside one strictly closer."""
+    lam, dmin, any_ = fallback, None, None
+    for outside, lam_c, x in cands:
+        d = jnp.dot(x, x)
+        if dmin is None:
+            lam, dmin, any_ = jnp.where(outside, lam_c, lam), jnp.where(outside, d, jnp.inf), outside
+        else:
+            take = outside & (~any_ | (d < dmin))
+            lam, dmin, any_ = jnp.where(take, lam_c, lam), jnp.where(take, d, dmin), any_ | outside
+    return lam
+
+
+def _s2d(s1, s2, s3):
+    """Barycentric coordinates of the point of triangle s1 s2 s3 closest to the origin (S2D)."""
+    p, failed = _project_origin_plane(s1, s2, s3)
+    m_max, axes = _minors(s1, s2, s3)
+    c = _areas(p, s1, s2, s3, axes)
+    comp = _same(m_max, c)
+    inside = jnp.all(comp)
+    zero = jnp.zeros(1, s1.dtype)
+    edges = []
+    for i, (u, v, slots) in enumerate(((s2, s3, (1, 2)), (s1, s3, (0, 2)), (s1, s2, (0, 1)))):
+        l1 = _s1d(u, v)
+        lam = jnp.zeros(3, s1.dtype).at[jnp.array(slots)].set(l1)
+        edges.append((~comp[i], lam, l1[0] * u + l1[1] * v))
+    lam = _closest_of(edges, jnp.zeros(3, s1.dtype))
+    lam = jnp.where(inside, c / jnp.where(inside, m_max, 1.0), lam)
+    return jnp.where(failed, jnp.concatenate([_s1d(s1, s2), zero]), lam)
+
+
+def _s3d(s):
+    """Barycentric coordinates of the point of tetrahedron s (4, 3) closest to the origin (S3D)."""
+    s1, s2, s3, s4 = s
+    c = jnp.stack([-_det3(s2, s3, s4), _det3(s1, s3, s4), -_det3(s1, s2, s4), _det3(s1, s2, s3)])
+    m_det = c[0] + c[1] + c[2] + c[3]
+    comp = _same(m_det, c)
+    inside = jnp.all(comp)
+    faces = []
+    for i in range(4):
+        keep = [j for j in range(4) if j != i]
+        l2 = _s2d(*s[jnp.array(keep)])
+        lam = jnp.zeros(4, s.dtype).at[jnp.array(keep)].set(l2)
+        faces.append((~comp[i], lam, l2[0] * s[keep[0]] + l2[1] * s[keep[1]] + l2[2] * s[keep[2]]))
+    lam = _closest_of(faces, jnp.zeros(4, s.dtype))
+    return jnp.where(inside, c / jnp.where(inside, m_det, 1.0), lam)
+
+
+def _subdistance(w, n):
+    """Closest-point coordinates on the first n points of w (4, 3)."""
+    one = jnp.zeros(4, w.dtype).at[0].set(1.0)
+    two = jnp.zeros(4, w.dtype).at[:2].set(_s1d(w[0], w[1]))
+    three = jnp.zeros(4, w.dtype).at[:3].set(_s2d(w[0], w[1], w[2]))
+    four = _s3d(w)
+    return jnp.select([n == 4, n == 3, n == 2], [four, three, two], one)
+
+
+# ------------------------------------------------------------------------------ GJK
+
+
+class _Simplex(NamedTuple):
+    w: jax.Array  # (4, 3) points of the Minkowski difference
+    a: jax.Array  # (4, 3) their support points on geom 1
+    b: jax.Array  # (4, 3) on geom 2
+
+
+class _Status(NamedTuple):
+    simplex: _Simplex
+    n: jax.Array  # points in the simplex
+    dist: jax.Array  # distance GJK found; 0: the simplex contains the origin; max: separated
+    x1: jax.Array  # witness on geom 1
+    x2: jax.Array
+    separated: jax.Array
+
+
+def _set(sx: _Simplex, i, v) -> _Simplex:
+    return _Simplex(sx.w.at[i].set(v[0]), sx.a.at[i].set(v[1]), sx.b.at[i].set(v[2]))
+
+
+def _signed_distance(v1, v2, v3, big):
+    """(normal, distance of the origin's plane) of face v1 v2 v3; distance `big` when degenerate."""
+    n = jnp.cross(v3 - v1, v2 - v1)
+    n2 = jnp.dot(n, n)
+    ok = (n2 > MINVAL2) & (n2 < MAXVAL2)
+    n = jnp.where(ok, n / jnp.sqrt(jnp.where(ok, n2, 1.0)), n)
+    return n, jnp.where(ok, jnp.dot(n, v1), big)
+
+
+def _gjk_intersect(support: Support, sx: _Simplex, k, kmax):
+    """gjkIntersect: walk the tetrahedron towards the origin. Returns (result, k, simplex):
+    1 contains the origin, 0 separated, -1 inconclusive."""
+    big = _big(sx.w.dtype)
+
+    def cond(state):
+        k, _, _, ret = state
+        return (k < kmax) & (ret == -2)
+
+    def body(state):
+        k, sx, s, _ = state
+        w = sx.w[s]
+        faces = ((w[2], w[1], w[3]), (w[0], w[2], w[3]), (w[1], w[0], w[3]), (w[0], w[1], w[2]))
+        normals, dist = zip(*(_signed_distance(*f, big) for f in faces))
+        normals, dist = jnp.stack(normals), jnp.stack(dist)
+        on_hull = jnp.any(dist == 0)
+        i = jnp.where(dist[0] < dist[1], 0, 1)
+        j = jnp.where(dist[2] < dist[3], 2, 3)
+        index = jnp.where(dist[i] < dist[j], i, j)
+        inside = dist[index] > 0
+        new = support(normals[index])
+        slot = s[index]
+        sx_new = _set(sx, slot, new)
+        outside = jnp.dot(normals[index], new[0]) < 0
+        a, b = (index + 1) & 3, (index + 2) & 3
+        s_new = s.at[a].set(s[b]).at[b].set(s[a])
+        ret = jnp.where(on_hull, -1, jnp.where(inside, 1, jnp.where(outside, 0, -2)))
+        move = ret == -2
+        sx = _pick(move | (ret == 0), sx_new, sx)
+        return jnp.where(ret == -2, k + 1, k), sx, jnp.where(move, s_new, s), ret
+
+    state = (k, sx, jnp.arange(4), jnp.asarray(-2))
+    k, sx, s, ret = jax.lax.while_loop(cond, body, state)
+    ret = jnp.where(ret == -2, -1, ret)
+    return ret, k, jax.tree.map(lambda x: x[s], sx)
+
+
+def _gjk(support: Support, x1, x2, tol, kmax: int, dist_cutoff=None) -> _Status:
+    """MuJoCo's gjk() for non-discrete shapes, from witnesses x1, x2 (the centres).
+
+    dist_cutoff None: only contact is needed (separation ends it; a tetrahedron hands over
+    to gjkIntersect); else distances up to the cutoff are.
+    """
+    dtype = x1.dtype
+    big = _big(dtype)
+    eps = 0.5 * tol * tol  # Frank-Wolfe gap below which GJK stops
+    min_norm = tol
+    get_dist = dist_cutoff is not None
+    x = x1 - x2
+    z = jnp.zeros((4, 3), dtype)
+    # state: k, n, simplex, lam, x, |x|, previous |x|, done, exit (0 loop end, 1 separated, 2 intersect), backup
+    state = (jnp.asarray(0), jnp.asarray(0), _Simplex(z, z, z), jnp.zeros(4, dtype), x, jnp.linalg.norm(x),
+             jnp.zeros((), dtype), jnp.asarray(False), jnp.asarray(0), jnp.asarray(not get_dist),
+             jnp.asarray(-1), _Simplex(z, z, z))  # fmt: skip
+
+    def cond(st):
+        k, done = st[0], st[7]
+        return (k < kmax) & ~done
+
+    def body(st):
+        k, n, sx, lam, x, xnorm, xprev, _, _, backup, _, _ = st
+        stalled = (xnorm < min_norm) | (jnp.abs(xprev - xnorm) < MINVAL)
+        d = -(x * (1 / jnp.where(xnorm > 0, xnorm, 1.0)))
+        new = support(d)
+        sx_new = _set(sx, n, new)
+        converged = jnp.dot(x, x - new[0]) < eps
+        lower = jnp.dot(x, new[0])
+        if get_dist:
+            separated = (lower > 0) & (lower >= dist_cutoff * xnorm)
+        else:
+            separated = lower > 0
+        run_intersect = (n == 3) & backup & ~stalled & ~converged & ~separated
+        ret, k_int, sx_int = jax.lax.cond(
+            run_intersect, lambda: _gjk_intersect(support, sx_new, k, kmax), lambda: (jnp.asarray(-1), k, sx_new)
+        )
+        intersected = run_intersect & (ret != -1)
+        k = jnp.where(run_intersect, k_int, k)
+        backup = backup & ~run_intersect
+        lam_new = _subdistance(sx_new.w, n + 1)
+        keep = lam_new != 0
+        order = jnp.argsort(~keep, stable=True)
+        n_new = jnp.sum(keep)
+        sx_kept = jax.tree.map(lambda a: a[order], sx_new)
+        lam_kept = jnp.where(jnp.arange(4) < n_new, lam_new[order], 0.0)
+        x_new = lam_kept @ sx_kept.w
+        lost = n_new < 1
+        stop = stalled | converged | separated | intersected | lost
+        exit_ = jnp.where(stalled | converged, 0, jnp.where(separated | lost, 1, jnp.where(intersected, 2, 0)))
+        advance = ~stop
+        done = stop | (advance & (n_new == 4))
+        return (jnp.where(done & ~advance, k, k + 1), jnp.where(advance, n_new, n), _pick(advance, sx_kept, sx),
+                jnp.where(advance, lam_kept, lam), jnp.where(advance, x_new, x),
+                jnp.where(advance, jnp.linalg.norm(x_new), xnorm), jnp.where(advance, xnorm, xprev), done,
+                exit_, backup, jnp.where(intersected, ret, -1), sx_int)  # fmt: skip
+
+    k, n, sx, lam, x, xnorm, _, _, exit_, _, ret, sx_int = jax.lax.while_loop(cond, body, state)
+    # the loop ran out or converged: witnesses, then a final separation check
+    has = n > 0
+    w1 = jnp.where(has, lam @ sx.a, x1)
+    w2 = jnp.where(has, lam @ sx.b, x2)
+    final = support(-(x * (1 / jnp.where(xnorm > 0, xnorm, 1.0))))
+    sep_final = (xnorm > 0) & (jnp.dot(x, final[0]) > 0)
+    dist_loop = jnp.where((n == 4) & ~sep_final, 0.0, xnorm)
+    is_sep = exit_ == 1
+    is_int = exit_ == 2
+    return _Status(
+        simplex=_pick(is_int & (ret == 1), sx_int, sx),
+        n=jnp.where(is_sep, 0, jnp.where(is_int, jnp.where(ret == 1, 4, 0), n)),
+        dist=jnp.where(is_sep, big, jnp.where(is_int, jnp.where(ret == 1, 0.0, big), dist_loop)),
+        x1=w1, x2=w2,
+        separated=jnp.where(is_sep, True, jnp.where(is_int, ret == 0, sep_final)),
+    )  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ EPA
+
+
+class _Polytope(NamedTuple):
+    w: jax.Array  # (V, 3) vertices; a, b their support points on geoms 1 and 2
+    a: jax.Array
+    b: jax.Array
+    nverts: jax.Array
+    verts: jax.Array  # (F, 3) faces' vertex ids
+    adj: jax.Array  # (F, 3) the face across edges (v0 v1), (v1 v2), (v2 v0)
+    v: jax.Array  # (F, 3) the origin's projection onto each face (its outward normal)
+    dist2: jax.Array  # (F,) |v|^2
+    alive: jax.Array  # (F,) face of the polytope
+    candidate: jax.Array  # (F,) in MuJoCo's map: may be the closest face
+    nfaces: jax.Array
+    center: jax.Array
+
+
+def _face(w, center, i, j, k):
+    """attachFace's geometry for face (i, j, k): (v, dist2); dist2 0 when degenerate."""
+    v, failed = _project_origin_plane(w[k], w[j], w[i])
+    v = jnp.where(jnp.dot(v, w[i] - center) < 0, -v, v)
+    return v, jnp.where(failed, 0.0, jnp.dot(v, v))
+
+
+def _polytope(vertices, faces, adj, center, nv: int, nf: int):
+    """A start polytope from vertices [(w, a, b)] and faces [(i, j, k)] with their adjacency."""
+    w = jnp.stack([v[0] for v in vertices])
+    dtype = w.dtype
+    z = jnp.zeros((nv, 3), dtype)
+    n0 = len(vertices)
+    faces_np = np.asarray(faces, np.int32)
+    v, d2 = jax.vmap(lambda f: _face(w, center, f[0], f[1], f[2]))(jnp.asarray(faces_np))
+    f0 = len(faces)
+    pt = _Polytope(
+        w=z.at[:n0].set(w), a=z.at[:n0].set(jnp.stack([v_[1] for v_ in vertices])),
+        b=z.at[:n0].set(jnp.stack([v_[2] for v_ in vertices])), nverts=jnp.asarray(n0),
+        verts=jnp.zeros((nf, 3), jnp.int32).at[:f0].set(faces_np), adj=jnp.zeros((nf, 3), jnp.int32).at[:f0].set(np.asarray(adj, np.int32)),
+        v=jnp.zeros((nf, 3), dtype).at[:f0].set(v), dist2=jnp.zeros(nf, dtype).at[:f0].set(d2),
+        alive=jnp.zeros(nf, bool).at[:f0].set(True), candidate=jnp.zeros(nf, bool).at[:f0].set(True),
+        nfaces=jnp.asarray(f0), center=center,
+    )  # fmt: skip
+    return pt, d2
+
+
+def _same_side(p0, p1, p2, p3):
+    n = jnp.cross(p1 - p0, p2 - p0)
+    return _same(jnp.dot(n, p3 - p0), jnp.dot(n, -p0))
+
+
+def _contains_origin(p0, p1, p2, p3):
+    return _same_side(p0, p1, p2, p3) & _same_side(p1, p2, p3, p0) & _same_side(p2, p3, p0, p1) & _same_side(p3, p0, p1, p2)
+
+
+def _tri_coords(v1, v2, v3, p):
+    """triAffineCoord: affine coordinates of p (in the triangle's plane) on v1 v2 v3."""
+    m_max, axes = _minors(v1, v2, v3)
+    return _areas(p, v1, v2, v3, axes) / jnp.where(m_max == 0, 1.0, m_max)
+
+
+def _first_degenerate(d2):
+    """Index of the first face whose distance is below MuJoCo's threshold, or -1."""
+    bad = d2 < MINVAL2
+    return jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
+
+
+_HEX = ((0, 1, 2, 3, 4), [(4, 0, 1), (4, 2, 0), (4, 1, 2), (3, 1, 0), (3, 0, 2), (3, 2, 1)])
+_HEX_ADJ = [(1, 3, 2), (2, 4, 0), (0, 5, 1), (5, 0, 4), (3, 1, 5), (4, 2, 3)]
+_TET = [(0, 1, 2), (0, 3, 1), (0, 2, 3), (3, 2, 1)]
+_TET_ADJ = [(1, 3, 2), (2, 3, 0), (0, 3, 1), (2, 0, 1)]
+_HEX2 = [(0, 2, 3), (0, 4, 2), (0, 3, 4), (1, 3, 2), (1, 2, 4), (1, 4, 3)]
+
+
+def _epa_support(support: Support, d, dnorm):
+    unit = jnp.where(dnorm > MINVAL, d / jnp.where(dnorm > MINVAL, dnorm, 1.0), jnp.array([1.0, 0.0, 0.0], d.dtype))
+    return support(unit)
+
+
+def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
+    """polytope2/3/4: (polytope, ok) from the simplex GJK ended with."""
+    sx, dtype = st.simplex, st.simplex.w.dtype
+    verts = [(sx.w[i], sx.a[i], sx.b[i]) for i in range(4)]
+
+    # polytope4: the tetrahedron, unless the origin is on one of its faces
+    tet_center = ((sx.w[0] + sx.w[1]) + sx.w[2] + sx.w[3]) * 0.25
+    tet, tet_d2 = _polytope(verts, _TET, _TET_ADJ, tet_center, nv, nf)
+    tet_bad = _first_degenerate(tet_d2)
+    tet_ok = _contains_origin(*sx.w)
+
+    # polytope2: a hexahedron around the segment, three support points at 120 degrees
+    w1, w2 = sx.w[0], sx.w[1]
+    diff = w2 - w1
+    e = jnp.zeros(3, dtype).at[jnp.argmin(jnp.abs(diff))].set(1.0)
+    d1 = jnp.cross(e, diff)
+    u = diff / jnp.linalg.norm(diff)
+    rot = COS120 * jnp.eye(3, dtype=dtype) + (1 - COS120) * jnp.outer(u, u) + SIN120 * jnp.array(
+        [[0.0, -u[2], u[1]], [u[2], 0.0, -u[0]], [-u[1], u[0], 0.0]], dtype
+    )
+    d2 = rot @ d1
+    d3 = rot @ d2
+    extra = [_epa_support(support, d, jnp.linalg.norm(d)) for d in (d1, d2, d3)]
+    seg_verts = verts[:2] + extra
+    seg_center = (w1 + w2) * 0.5
+    seg, seg_d2 = _polytope(seg_verts, _HEX2, _HEX_ADJ, seg_center, nv, nf)
+    seg_bad = _first_degenerate(seg_d2)
+    v1, v2, v3, v4, v5 = (x[0] for x in seg_verts)
+    vols = jnp.stack([_det3(v3 - v1, v4 - v1, v2 - v1), _det3(v4 - v1, v5 - v1, v2 - v1), _det3(v5 - v1, v3 - v1, v2 - v1)])
+    seg_ok = jnp.all(vols >= 0) | jnp.all(vols <= 0)
+
+    # polytope3: a hexahedron on a triangle (GJK's, or the face of the above the origin lies on)
+    tri_tet = jnp.asarray(_TET, jnp.int32)[jnp.maximum(tet_bad, 0)]
+    tri_seg = jnp.asarray(_HEX2, jnp.int32)[jnp.maximum(seg_bad, 0)]
+    all_verts = jax.tree.map(lambda *x: jnp.stack(x), *(verts + extra))  # (7, 3) each: 4 simplex + 3 hexahedron points
+    seg_ids = jnp.array([0, 1, 4, 5, 6])  # polytope2's vertex k is all_verts[seg_ids[k]]
+    tri = jnp.where(st.n == 3, jnp.arange(3), jnp.where(st.n == 4, tri_tet, seg_ids[tri_seg]))
+    tri_verts = [jax.tree.map(lambda x: x[tri[i]], all_verts) for i in range(3)]
+    t1, t2, t3 = (x[0] for x in tri_verts)
+    normal = jnp.cross(t2 - t1, t3 - t1)
+    n_norm = jnp.linalg.norm(normal)
+    below = _epa_support(support, -normal, n_norm)
+    above = _epa_support(support, normal, n_norm)
+    hex_verts = tri_verts + [below, above]
+    hex_center = ((t1 + t2) + t3) * (1.0 / 3.0)
+    hexa, hex_d2 = _polytope(hex_verts, _HEX[1], _HEX_ADJ, hex_center, nv, nf)
+
+    def on_triangle(p):
+        lam = _tri_coords(t1, t2, t3, p)
+        return jnp.all(lam >= 0) & (jnp.linalg.norm(lam[0] * t1 + lam[1] * t2 + lam[2] * t3 - p) < MINVAL)
+
+    hex_ok = (n_norm >= MINVAL) & ~on_triangle(above[0]) & ~on_triangle(below[0]) & jnp.all(hex_d2 >= MINVAL2)
+
+    use_hex = (st.n == 3) | ((st.n == 4) & (tet_bad >= 0)) | ((st.n == 2) & (seg_bad >= 0))
+    pt = _pick(use_hex, hexa, _pick(st.n == 4, tet, seg))
+    ok = jnp.where(use_hex, hex_ok, jnp.where(st.n == 4, tet_ok, seg_ok))
+    return pt, ok
+
+
+def _horizon(pt: _Polytope, face, w):
+    """Faces deleted by the new support point w: `face` and the visible faces connected to it."""
+    visible = pt.alive & (pt.v @ w - pt.dist2 > MINVAL)
+    start = jnp.zeros_like(pt.alive).at[face].set(True)
+
+    def cond(s):
+        return s[1]
+
+    def body(s):
+        deleted, _ = s
+        grow = visible & ~deleted & jnp.any(deleted[pt.adj], axis=1)
+        return deleted | grow, jnp.any(grow)
+
+    deleted, _ = jax.lax.while_loop(cond, body, (start, jnp.asarray(True)))
+    return deleted
+
+
+def _expand(pt: _Polytope, face, wi, lower2, upper2):
+    """Replace the deleted faces by the cone from vertex wi over the horizon; (polytope, status):
+    status 0 ok, 1 unrecoverable (horizon < 3 edges or a degenerate face), 2 out of face memory."""
+    nf = pt.verts.shape[0]
+    deleted = _horizon(pt, face, pt.w[wi])
+    # horizon edges: edge i of a deleted face whose neighbour stays
+    across = pt.adj  # (F, 3)
+    edge_mask = deleted[:, None] & ~deleted[across]
+    nedges = jnp.sum(edge_mask)
+    (src_face, src_edge) = jnp.nonzero(edge_mask, size=HORIZON, fill_value=0)
+    slot_ok = jnp.arange(HORIZON) < nedges
+    a = pt.verts[src_face, src_edge]
+    b = pt.verts[src_face, (src_edge + 1) % 3]
+    keep = across[src_face, src_edge]  # the neighbour across the horizon edge
+    new_ids = pt.nfaces + jnp.arange(HORIZON)
+    # the cone's faces (w, a, b): across (w, a) the new face ending at a, across (b, w) the one starting at b
+    prev = jnp.argmax((b[None, :] == a[:, None]) & slot_ok[None, :], axis=1)
+    nxt = jnp.argmax((a[None, :] == b[:, None]) & slot_ok[None, :], axis=1)
+    verts_new = jnp.stack([jnp.full(HORIZON, wi), a, b], axis=1).astype(jnp.int32)
+    adj_new = jnp.stack([new_ids[prev], keep, new_ids[nxt]], axis=1).astype(jnp.int32)
+    v_new, d2_new = jax.vmap(lambda i, j, k: _face(pt.w, pt.center, i, j, k))(verts_new[:, 0], verts_new[:, 1], verts_new[:, 2])
+    drop = jnp.where(slot_ok, new_ids, nf)  # out of range: dropped
+    # the kept neighbour's edge (b, a) now borders the new face
+    edge_in_keep = jnp.argmax(pt.verts[keep] == b[:, None], axis=1)
+    adj = pt.adj.at[jnp.where(slot_ok, keep, nf), edge_in_keep].set(new_ids.astype(jnp.int32), mode="drop")
+    adj = adj.at[drop].set(adj_new, mode="drop")
+    alive = (pt.alive & ~deleted).at[drop].set(True, mode="drop")
+    candidate = (pt.candidate & ~deleted).at[drop].set((d2_new >= lower2) & (d2_new <= upper2), mode="drop")
+    new = pt._replace(
+        verts=pt.verts.at[drop].set(verts_new, mode="drop"), adj=adj, v=pt.v.at[drop].set(v_new, mode="drop"),
+        dist2=pt.dist2.at[drop].set(d2_new, mode="drop"), alive=alive, candidate=candidate, nfaces=pt.nfaces + nedges,
+    )  # fmt: skip
+    degenerate = jnp.any(slot_ok & (d2_new == 0))
+    status = jnp.where((nedges < 3) | (nedges > HORIZON), 1, jnp.where(nedges > nf - pt.nfaces, 2, jnp.where(degenerate, 1, 0)))
+    return new, status
+
+
+def _epa(support: Support, pt: _Polytope, tol, kmax: int):
+    """EPA: (face, found) with the polytope; the face closest to the origin when it stopped."""
+    dtype = pt.w.dtype
+    big = _big(dtype)
+
+    def cond(s):
+        k, _, _, _, _, done = s
+        return (k < kmax) & ~done
+
+    def body(s):
+        k, pt, face, found, upper, _ = s
+        pface = face
+        d2 = jnp.where(pt.candidate, pt.dist2, jnp.inf)
+        face = jnp.argmin(d2)
+        lower2 = d2[face]
+        upper2 = upper * upper
+        invalid = ~jnp.any(pt.candidate) | (lower2 > upper2)
+        on_hull = lower2 <= 0
+        lower = jnp.sqrt(jnp.maximum(lower2, 0.0))
+        w, a, b = _epa_support(support, pt.v[face], lower)
+        wi = pt.nverts
+        pt_w = pt._replace(w=pt.w.at[wi].set(w), a=pt.a.at[wi].set(a), b=pt.b.at[wi].set(b), nverts=wi + 1)
+        upper_k = jnp.dot(pt.v[face], w) / lower
+        upper = jnp.minimum(upper, upper_k)
+        converged = upper - lower < tol
+        no_contact = converged & (k == 0) & (upper < lower - 1e-10)
+        grown, status = _expand(pt_w, face, wi, lower2, upper * upper)
+        left = jnp.any(grown.candidate)
+        stop_before = invalid | on_hull | converged
+        done = stop_before | (status != 0) | ~left
+        face = jnp.where(invalid, pface, face)
+        found = jnp.where(invalid, found, ~(no_contact | (~stop_before & (status == 1))))
+        pt = _pick(~stop_before & (status == 0), grown, pt)
+        return k + 1, pt, face, found, upper, done
+
+    state = (jnp.asarray(0), pt, jnp.asarray(0), jnp.asarray(False), big, jnp.asarray(False))
+    _, pt, face, found, _, _ = jax.lax.while_loop(cond, body, state)
+    return pt, face, found
+
+
+# --------------------------------------------------------------------------- mjc_ccd
+
+
+class Result(NamedTuple):
+    contact: jax.Array  # MuJoCo reports a contact
+    dist: jax.Array  # its distance (margin included: mjc_penetration's margin + status dist)
+    pos: jax.Array  # the witnesses' midpoint
+    normal: jax.Array  # normalize(x1 - x2): from geom 1 to geom 2
+
+
+def penetration(core: Support, full: Support, c1, c2, rounded: tuple[float, float] | None, margin, tol, iterations: int) -> Result:
+    """mjc_penetration with nativeccd, one contact (max_contacts = 1).
+
+    core/full: supports of the pair with spheres and capsules shrunk to their cores (the
+    other shapes inflated by margin / 2) and of the whole, inflated shapes; c1, c2: the geoms'
+    centres; rounded: (r1 + margin/2, r2 + margin/2) for sphere/capsule geoms (0 for others)
+    when one is in the pair, else None.
+    """
+    dtype = c1.dtype
+    big = _big(dtype)
+    nv, nf = 5 + iterations, 6 * iterations
+
+    if rounded is not None:
+        m1, m2 = rounded
+        st = _gjk(core, c1, c2, tol, iterations, dist_cutoff=m1 + m2)
+        n = st.x2 - st.x1
+        n = n / jnp.where(jnp.linalg.norm(n) > 0, jnp.linalg.norm(n), 1.0)
+        x1, x2 = st.x1 + m1 * n, st.x2 - m2 * n
+        shallow_dist = st.dist - (m1 + m2)
+        shallow_dist = jnp.where(shallow_dist > 0, big, shallow_dist)
+        shallow = st.dist > tol
+        shallow_result = Result(shallow_dist < 0, margin + shallow_dist, 0.5 * (x1 + x2), _unit(x1 - x2))
+    st = _gjk(full, c1, c2, tol, iterations)
+    run = (st.dist <= tol) & (st.n > 1) & ~st.separated
+    pt, ok = _start_polytope(full, st, nv, nf)
+    pt, face, found = _epa(full, pt, tol, min(iterations, 1000))
+    ids = pt.verts[face]
+    lam = _tri_coords(pt.w[ids[0]], pt.w[ids[1]], pt.w[ids[2]], pt.v[face])
+    x1, x2 = lam @ pt.a[ids], lam @ pt.b[ids]
+    depth = -jnp.sqrt(pt.dist2[face])
+    contact = run & ok & found & (depth < 0)
+    result = Result(contact, margin + depth, 0.5 * (x1 + x2), _unit(x1 - x2))
+    if rounded is not None:
+        result = _pick(shallow, shallow_result, result)
+    return result
+
+
+def _unit(v):
+    n = jnp.linalg.norm(v)
+    return v / jnp.where(n > 0, n, 1.0)
