@@ -11,16 +11,22 @@ MuJoCo 4; GJK's signed-volume subalgorithm is Montanari et al., ToG 2017), so th
 1. A sphere or capsule in the pair: GJK between the cores (centre, segment), starting from the
    geoms' centres. Cores apart by more than the tolerance: the contact is their distance less
    the radii (shallow penetration, no EPA).
-2. Else GJK on the whole shapes from the centres. Once its simplex is a tetrahedron it walks the
-   tetrahedron towards the origin (gjkIntersect); one that contains the origin starts EPA.
-3. EPA from that tetrahedron, or from the hexahedron MuJoCo builds on a triangle or a segment GJK
-   stopped on: expand the face closest to the origin by the support point along its normal
-   until the support's distance is within the tolerance of the face's. The witnesses are
-   interpolated at the origin's projection onto the last face.
+2. Else GJK on the whole shapes from the centres, until its simplex is a tetrahedron that
+   contains the origin, or a triangle or segment within the tolerance of it.
+3. EPA from that tetrahedron, or from the hexahedron built on the triangle or the segment:
+   expand the candidate face closest to the origin by the support point along its normal until
+   that support's distance is within the tolerance of the face's. The faces the new point sees
+   are found depth first from the expanded face (MuJoCo's order, which decides the order of its
+   map of candidates and so which of two equally distant faces wins: symmetric scenes have
+   such ties). The witnesses are interpolated at the origin's projection onto the last face.
 
-Only faces with equal distances may be chosen differently (MuJoCo keeps its candidates in a map
-whose order follows deletions; here the lowest slot wins). Everything runs on stop-gradient
-inputs, in float64 (MuJoCo's double build: its float build has other thresholds).
+The source read (the repository as of August 2026) differs from the installed MuJoCo 4.0 in
+three places, found by comparing iterates with the library's own mjc_ccd: 4.0 does not hand a
+tetrahedron to gjkIntersect, puts the hexahedron's apex along +n before the one along -n, and
+stops EPA on the iteration's own bound (not the best so far). With these, contacts of
+ellipsoid, cylinder, capsule, sphere, box and prism pairs agree with 4.0's to round-off. Runs
+on stop-gradient inputs, in float64 (MuJoCo's double build; its float build has other
+thresholds).
 """
 
 from __future__ import annotations
@@ -35,9 +41,11 @@ MINVAL = 1e-15  # mjMINVAL
 MINVAL2 = MINVAL * MINVAL  # mjMINVAL2 = mjMINDIST2/3/4 (double)
 MAXVAL2 = 1e20  # mjMAXVAL^2
 HORIZON = 24  # MuJoCo's horizon buffer: edges a new support point can see
+STACK = 64  # depth of the horizon's depth-first search (faces deleted in a row)
 SIN120, COS120 = 0.86602540378, -0.5  # polytope2's rotation, MuJoCo's constants
 
-Support = Callable  # normalized direction d -> (w, a, b): a = s_1(d), b = s_2(-d), w = a - b
+Support = Callable  # normalized direction d -> (w, a, b, i): a = s_1(d), b = s_2(-d), w = a - b,
+# i = (vertex ids of a and b) for polytopes (box corner, mesh vertex; -1 a height-field prism's)
 
 
 def _big(dtype):
@@ -175,6 +183,7 @@ class _Simplex(NamedTuple):
     w: jax.Array  # (4, 3) points of the Minkowski difference
     a: jax.Array  # (4, 3) their support points on geom 1
     b: jax.Array  # (4, 3) on geom 2
+    i: jax.Array  # (4, 2) their vertex ids
 
 
 class _Status(NamedTuple):
@@ -187,146 +196,85 @@ class _Status(NamedTuple):
 
 
 def _set(sx: _Simplex, i, v) -> _Simplex:
-    return _Simplex(sx.w.at[i].set(v[0]), sx.a.at[i].set(v[1]), sx.b.at[i].set(v[2]))
+    return _Simplex(*(x.at[i].set(y) for x, y in zip(sx, v)))
 
 
-def _signed_distance(v1, v2, v3, big):
-    """(normal, distance of the origin's plane) of face v1 v2 v3; distance `big` when degenerate."""
-    n = jnp.cross(v3 - v1, v2 - v1)
-    n2 = jnp.dot(n, n)
-    ok = (n2 > MINVAL2) & (n2 < MAXVAL2)
-    n = jnp.where(ok, n / jnp.sqrt(jnp.where(ok, n2, 1.0)), n)
-    return n, jnp.where(ok, jnp.dot(n, v1), big)
+def _gjk(support: Support, x1, x2, tol, kmax: int, dist_cutoff=None, discrete=False) -> _Status:
+    """MuJoCo's gjk() from witnesses x1, x2 (the centres); its signed-volume subalgorithm.
 
-
-def _gjk_intersect(support: Support, sx: _Simplex, k, kmax):
-    """gjkIntersect: walk the tetrahedron towards the origin. Returns (result, k, simplex):
-    1 contains the origin, 0 separated, -1 inconclusive."""
-    big = _big(sx.w.dtype)
-
-    def cond(state):
-        k, _, _, ret = state
-        return (k < kmax) & (ret == -2)
-
-    def body(state):
-        k, sx, s, _ = state
-        w = sx.w[s]
-        faces = ((w[2], w[1], w[3]), (w[0], w[2], w[3]), (w[1], w[0], w[3]), (w[0], w[1], w[2]))
-        normals, dist = zip(*(_signed_distance(*f, big) for f in faces))
-        normals, dist = jnp.stack(normals), jnp.stack(dist)
-        on_hull = jnp.any(dist == 0)
-        i = jnp.where(dist[0] < dist[1], 0, 1)
-        j = jnp.where(dist[2] < dist[3], 2, 3)
-        index = jnp.where(dist[i] < dist[j], i, j)
-        inside = dist[index] > 0
-        new = support(normals[index])
-        slot = s[index]
-        sx_new = _set(sx, slot, new)
-        outside = jnp.dot(normals[index], new[0]) < 0
-        a, b = (index + 1) & 3, (index + 2) & 3
-        s_new = s.at[a].set(s[b]).at[b].set(s[a])
-        ret = jnp.where(on_hull, -1, jnp.where(inside, 1, jnp.where(outside, 0, -2)))
-        move = ret == -2
-        sx = _pick(move | (ret == 0), sx_new, sx)
-        return jnp.where(ret == -2, k + 1, k), sx, jnp.where(move, s_new, s), ret
-
-    state = (k, sx, jnp.arange(4), jnp.asarray(-2))
-    k, sx, s, ret = jax.lax.while_loop(cond, body, state)
-    ret = jnp.where(ret == -2, -1, ret)
-    return ret, k, jax.tree.map(lambda x: x[s], sx)
-
-
-def _gjk(support: Support, x1, x2, tol, kmax: int, dist_cutoff=None) -> _Status:
-    """MuJoCo's gjk() for non-discrete shapes, from witnesses x1, x2 (the centres).
-
-    dist_cutoff None: only contact is needed (separation ends it; a tetrahedron hands over
-    to gjkIntersect); else distances up to the cutoff are.
+    dist_cutoff None: only contact is needed (a support plane separating the shapes ends it);
+    else distances up to the cutoff are. discrete: two polytopes, run to convergence.
     """
     dtype = x1.dtype
     big = _big(dtype)
-    eps = 0.5 * tol * tol  # Frank-Wolfe gap below which GJK stops
-    min_norm = tol
-    get_dist = dist_cutoff is not None
+    eps = jnp.where(discrete, 0.0, 0.5 * tol * tol)  # Frank-Wolfe gap below which GJK stops
+    min_norm = jnp.where(discrete, MINVAL, tol)
     x = x1 - x2
     z = jnp.zeros((4, 3), dtype)
-    # state: k, n, simplex, lam, x, |x|, previous |x|, done, exit (0 loop end, 1 separated, 2 intersect), backup
-    state = (jnp.asarray(0), jnp.asarray(0), _Simplex(z, z, z), jnp.zeros(4, dtype), x, jnp.linalg.norm(x),
-             jnp.zeros((), dtype), jnp.asarray(False), jnp.asarray(0), jnp.asarray(not get_dist),
-             jnp.asarray(-1), _Simplex(z, z, z))  # fmt: skip
+    # state: k, n, simplex, lam, x, |x|, previous |x|, done, separated
+    state = (jnp.asarray(0), jnp.asarray(0), _Simplex(z, z, z, jnp.full((4, 2), -1, jnp.int32)), jnp.zeros(4, dtype),
+             x, jnp.linalg.norm(x), jnp.zeros((), dtype), jnp.asarray(False), jnp.asarray(False))  # fmt: skip
 
     def cond(st):
         k, done = st[0], st[7]
         return (k < kmax) & ~done
 
     def body(st):
-        k, n, sx, lam, x, xnorm, xprev, _, _, backup, _, _ = st
+        k, n, sx, lam, x, xnorm, xprev, _, _ = st
         stalled = (xnorm < min_norm) | (jnp.abs(xprev - xnorm) < MINVAL)
-        d = -(x * (1 / jnp.where(xnorm > 0, xnorm, 1.0)))
-        new = support(d)
+        new = support(-(x * (1 / jnp.where(xnorm > 0, xnorm, 1.0))))
         sx_new = _set(sx, n, new)
         converged = jnp.dot(x, x - new[0]) < eps
-        lower = jnp.dot(x, new[0])
-        if get_dist:
-            separated = (lower > 0) & (lower >= dist_cutoff * xnorm)
-        else:
+        lower = jnp.dot(x, new[0])  # > 0: a plane separates the shapes (lower / |x| from each other)
+        if dist_cutoff is None:
             separated = lower > 0
-        run_intersect = (n == 3) & backup & ~stalled & ~converged & ~separated
-        ret, k_int, sx_int = jax.lax.cond(
-            run_intersect, lambda: _gjk_intersect(support, sx_new, k, kmax), lambda: (jnp.asarray(-1), k, sx_new)
-        )
-        intersected = run_intersect & (ret != -1)
-        k = jnp.where(run_intersect, k_int, k)
-        backup = backup & ~run_intersect
+        else:
+            separated = (lower > 0) & (lower >= dist_cutoff * xnorm)
         lam_new = _subdistance(sx_new.w, n + 1)
         keep = lam_new != 0
-        order = jnp.argsort(~keep, stable=True)
+        order = jnp.argsort(~keep, stable=True)  # drop the unused points, keep the order
         n_new = jnp.sum(keep)
         sx_kept = jax.tree.map(lambda a: a[order], sx_new)
         lam_kept = jnp.where(jnp.arange(4) < n_new, lam_new[order], 0.0)
         x_new = lam_kept @ sx_kept.w
-        lost = n_new < 1
-        stop = stalled | converged | separated | intersected | lost
-        exit_ = jnp.where(stalled | converged, 0, jnp.where(separated | lost, 1, jnp.where(intersected, 2, 0)))
-        advance = ~stop
-        done = stop | (advance & (n_new == 4))
-        return (jnp.where(done & ~advance, k, k + 1), jnp.where(advance, n_new, n), _pick(advance, sx_kept, sx),
+        separated = separated | (~(stalled | converged) & (n_new < 1))
+        advance = ~(stalled | converged | separated)
+        done = ~advance | (n_new == 4)
+        return (jnp.where(advance, k + 1, k), jnp.where(advance, n_new, n), _pick(advance, sx_kept, sx),
                 jnp.where(advance, lam_kept, lam), jnp.where(advance, x_new, x),
                 jnp.where(advance, jnp.linalg.norm(x_new), xnorm), jnp.where(advance, xnorm, xprev), done,
-                exit_, backup, jnp.where(intersected, ret, -1), sx_int)  # fmt: skip
+                ~(stalled | converged) & separated)  # fmt: skip
 
-    k, n, sx, lam, x, xnorm, _, _, exit_, _, ret, sx_int = jax.lax.while_loop(cond, body, state)
-    # the loop ran out or converged: witnesses, then a final separation check
-    has = n > 0
-    w1 = jnp.where(has, lam @ sx.a, x1)
-    w2 = jnp.where(has, lam @ sx.b, x2)
+    _, n, sx, lam, x, xnorm, _, _, stopped_apart = jax.lax.while_loop(cond, body, state)
+    # GJK ran out or converged: a final separation check; witnesses at the closest point
     final = support(-(x * (1 / jnp.where(xnorm > 0, xnorm, 1.0))))
-    sep_final = (xnorm > 0) & (jnp.dot(x, final[0]) > 0)
-    dist_loop = jnp.where((n == 4) & ~sep_final, 0.0, xnorm)
-    is_sep = exit_ == 1
-    is_int = exit_ == 2
+    separated = stopped_apart | ((xnorm > 0) & (jnp.dot(x, final[0]) > 0))
     return _Status(
-        simplex=_pick(is_int & (ret == 1), sx_int, sx),
-        n=jnp.where(is_sep, 0, jnp.where(is_int, jnp.where(ret == 1, 4, 0), n)),
-        dist=jnp.where(is_sep, big, jnp.where(is_int, jnp.where(ret == 1, 0.0, big), dist_loop)),
-        x1=w1, x2=w2,
-        separated=jnp.where(is_sep, True, jnp.where(is_int, ret == 0, sep_final)),
-    )  # fmt: skip
+        simplex=sx,
+        n=jnp.where(stopped_apart, 0, n),
+        dist=jnp.where(stopped_apart, big, jnp.where((n == 4) & ~separated, 0.0, xnorm)),
+        x1=jnp.where(n > 0, lam @ sx.a, x1),
+        x2=jnp.where(n > 0, lam @ sx.b, x2),
+        separated=separated,
+    )
 
 
 # ------------------------------------------------------------------------------ EPA
 
 
 class _Polytope(NamedTuple):
-    w: jax.Array  # (V, 3) vertices; a, b their support points on geoms 1 and 2
+    w: jax.Array  # (V, 3) vertices; a, b their support points on geoms 1 and 2, i their vertex ids
     a: jax.Array
     b: jax.Array
+    i: jax.Array
     nverts: jax.Array
     verts: jax.Array  # (F, 3) faces' vertex ids
     adj: jax.Array  # (F, 3) the face across edges (v0 v1), (v1 v2), (v2 v0)
     v: jax.Array  # (F, 3) the origin's projection onto each face (its outward normal)
     dist2: jax.Array  # (F,) |v|^2
-    alive: jax.Array  # (F,) face of the polytope
-    candidate: jax.Array  # (F,) in MuJoCo's map: may be the closest face
+    index: jax.Array  # (F,) position in the map of candidate faces; -1 not a candidate, -2 deleted (or unused)
+    map: jax.Array  # (F,) candidate faces, in MuJoCo's order (a deleted entry takes the last one)
+    nmap: jax.Array
     nfaces: jax.Array
     center: jax.Array
 
@@ -339,7 +287,7 @@ def _face(w, center, i, j, k):
 
 
 def _polytope(vertices, faces, adj, center, nv: int, nf: int):
-    """A start polytope from vertices [(w, a, b)] and faces [(i, j, k)] with their adjacency."""
+    """A start polytope from vertices [(w, a, b, ids)] and faces [(i, j, k)] with their adjacency."""
     w = jnp.stack([v[0] for v in vertices])
     dtype = w.dtype
     z = jnp.zeros((nv, 3), dtype)
@@ -350,9 +298,11 @@ def _polytope(vertices, faces, adj, center, nv: int, nf: int):
     pt = _Polytope(
         w=z.at[:n0].set(w), a=z.at[:n0].set(jnp.stack([v_[1] for v_ in vertices])),
         b=z.at[:n0].set(jnp.stack([v_[2] for v_ in vertices])), nverts=jnp.asarray(n0),
+        i=jnp.full((nv, 2), -1, jnp.int32).at[:n0].set(jnp.stack([v_[3] for v_ in vertices])),
         verts=jnp.zeros((nf, 3), jnp.int32).at[:f0].set(faces_np), adj=jnp.zeros((nf, 3), jnp.int32).at[:f0].set(np.asarray(adj, np.int32)),
         v=jnp.zeros((nf, 3), dtype).at[:f0].set(v), dist2=jnp.zeros(nf, dtype).at[:f0].set(d2),
-        alive=jnp.zeros(nf, bool).at[:f0].set(True), candidate=jnp.zeros(nf, bool).at[:f0].set(True),
+        index=jnp.full(nf, -2, jnp.int32).at[:f0].set(np.arange(f0, dtype=np.int32)),
+        map=jnp.zeros(nf, jnp.int32).at[:f0].set(np.arange(f0, dtype=np.int32)), nmap=jnp.asarray(f0, jnp.int32),
         nfaces=jnp.asarray(f0), center=center,
     )  # fmt: skip
     return pt, d2
@@ -394,7 +344,7 @@ def _epa_support(support: Support, d, dnorm):
 def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
     """polytope2/3/4: (polytope, ok) from the simplex GJK ended with."""
     sx, dtype = st.simplex, st.simplex.w.dtype
-    verts = [(sx.w[i], sx.a[i], sx.b[i]) for i in range(4)]
+    verts = [tuple(x[k] for x in sx) for k in range(4)]
 
     # polytope4: the tetrahedron, unless the origin is on one of its faces
     tet_center = ((sx.w[0] + sx.w[1]) + sx.w[2] + sx.w[3]) * 0.25
@@ -425,16 +375,16 @@ def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
     # polytope3: a hexahedron on a triangle (GJK's, or the face of the above the origin lies on)
     tri_tet = jnp.asarray(_TET, jnp.int32)[jnp.maximum(tet_bad, 0)]
     tri_seg = jnp.asarray(_HEX2, jnp.int32)[jnp.maximum(seg_bad, 0)]
-    all_verts = jax.tree.map(lambda *x: jnp.stack(x), *(verts + extra))  # (7, 3) each: 4 simplex + 3 hexahedron points
+    all_verts = jax.tree.map(lambda *x: jnp.stack(x), *(verts + extra))  # (7, ...) each: 4 simplex + 3 hexahedron points
     seg_ids = jnp.array([0, 1, 4, 5, 6])  # polytope2's vertex k is all_verts[seg_ids[k]]
     tri = jnp.where(st.n == 3, jnp.arange(3), jnp.where(st.n == 4, tri_tet, seg_ids[tri_seg]))
     tri_verts = [jax.tree.map(lambda x: x[tri[i]], all_verts) for i in range(3)]
     t1, t2, t3 = (x[0] for x in tri_verts)
     normal = jnp.cross(t2 - t1, t3 - t1)
     n_norm = jnp.linalg.norm(normal)
-    below = _epa_support(support, -normal, n_norm)
-    above = _epa_support(support, normal, n_norm)
-    hex_verts = tri_verts + [below, above]
+    ahead = _epa_support(support, normal, n_norm)
+    behind = _epa_support(support, -normal, n_norm)
+    hex_verts = tri_verts + [ahead, behind]
     hex_center = ((t1 + t2) + t3) * (1.0 / 3.0)
     hexa, hex_d2 = _polytope(hex_verts, _HEX[1], _HEX_ADJ, hex_center, nv, nf)
 
@@ -442,7 +392,7 @@ def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
         lam = _tri_coords(t1, t2, t3, p)
         return jnp.all(lam >= 0) & (jnp.linalg.norm(lam[0] * t1 + lam[1] * t2 + lam[2] * t3 - p) < MINVAL)
 
-    hex_ok = (n_norm >= MINVAL) & ~on_triangle(above[0]) & ~on_triangle(below[0]) & jnp.all(hex_d2 >= MINVAL2)
+    hex_ok = (n_norm >= MINVAL) & ~on_triangle(ahead[0]) & ~on_triangle(behind[0]) & jnp.all(hex_d2 >= MINVAL2)
 
     use_hex = (st.n == 3) | ((st.n == 4) & (tet_bad >= 0)) | ((st.n == 2) & (seg_bad >= 0))
     pt = _pick(use_hex, hexa, _pick(st.n == 4, tet, seg))
@@ -450,62 +400,91 @@ def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
     return pt, ok
 
 
+def _delete(pt: _Polytope, f) -> _Polytope:
+    """deleteFace: take f out of the polytope; the map's last entry fills its place there."""
+    pos = pt.index[f]
+    listed = pos >= 0
+    last = pt.map[pt.nmap - 1]
+    index = jnp.where(listed, pt.index.at[last].set(pos), pt.index).at[f].set(-2)
+    return pt._replace(index=index, map=jnp.where(listed, pt.map.at[pos].set(last), pt.map), nmap=pt.nmap - listed)
+
+
 def _horizon(pt: _Polytope, face, w):
-    """Faces deleted by the new support point w: `face` and the visible faces connected to it."""
-    visible = pt.alive & (pt.v @ w - pt.dist2 > MINVAL)
-    start = jnp.zeros_like(pt.alive).at[face].set(True)
+    """MuJoCo's horizon(): delete `face`, then depth first the faces w sees across its edges.
+    Returns (polytope, horizon faces, their edges, count, ok): the edges in the order met."""
+    depth = STACK
+    top_k = jnp.zeros(depth, jnp.int32).at[0].set(1)
+    stack = (jnp.zeros(depth, jnp.int32).at[0].set(face), jnp.full(depth, 2, jnp.int32), top_k)
+    hzn = (jnp.zeros(HORIZON + 1, jnp.int32), jnp.zeros(HORIZON + 1, jnp.int32))
+    state = (_delete(pt, face), stack, jnp.asarray(0), hzn, jnp.asarray(0), jnp.asarray(True))
 
     def cond(s):
-        return s[1]
+        return (s[2] >= 0) & s[5]
 
     def body(s):
-        deleted, _ = s
-        grow = visible & ~deleted & jnp.any(deleted[pt.adj], axis=1)
-        return deleted | grow, jnp.any(grow)
+        pt, (sf, se, sk), top, (hf, he), n, ok = s
+        f, e, k = sf[top], se[top], sk[top]
+        finished = k > jnp.where(top == 0, 3, 2)  # the start face has three neighbours to look at
+        i = (e + k) % 3
+        g = pt.adj[f, i]
+        vert = pt.verts[f, (i + 1) % 3]
+        gv = pt.verts[g]
+        edge = jnp.where(gv[0] == vert, 0, jnp.where(gv[1] == vert, 1, 2))  # getEdge
+        alive = pt.index[g] > -2
+        visible = alive & (jnp.dot(pt.v[g], w) - pt.dist2[g] > MINVAL)
+        sk = sk.at[top].set(k + 1)
+        push = ~finished & visible
+        add = ~finished & alive & ~visible
+        pt = _pick(push, _delete(pt, g), pt)
+        child = jnp.minimum(top + 1, depth - 1)
+        sf = jnp.where(push, sf.at[child].set(g), sf)
+        se = jnp.where(push, se.at[child].set(edge), se)
+        sk = jnp.where(push, sk.at[child].set(1), sk)
+        slot = jnp.minimum(n, HORIZON)
+        hf = jnp.where(add, hf.at[slot].set(g), hf)
+        he = jnp.where(add, he.at[slot].set(edge), he)
+        ok = ok & ~(push & (top + 1 >= depth)) & ~(add & (n >= HORIZON))
+        top = jnp.where(finished, top - 1, jnp.where(push, top + 1, top))
+        return pt, (sf, se, sk), top, (hf, he), n + add, ok
 
-    deleted, _ = jax.lax.while_loop(cond, body, (start, jnp.asarray(True)))
-    return deleted
+    pt, _, _, (hf, he), n, ok = jax.lax.while_loop(cond, body, state)
+    return pt, hf[:HORIZON], he[:HORIZON], n, ok
 
 
 def _expand(pt: _Polytope, face, wi, lower2, upper2):
-    """Replace the deleted faces by the cone from vertex wi over the horizon; (polytope, status):
+    """Replace the faces vertex wi sees by the cone from wi over their horizon; (polytope, status):
     status 0 ok, 1 unrecoverable (horizon < 3 edges or a degenerate face), 2 out of face memory."""
     nf = pt.verts.shape[0]
-    deleted = _horizon(pt, face, pt.w[wi])
-    # horizon edges: edge i of a deleted face whose neighbour stays
-    across = pt.adj  # (F, 3)
-    edge_mask = deleted[:, None] & ~deleted[across]
-    nedges = jnp.sum(edge_mask)
-    (src_face, src_edge) = jnp.nonzero(edge_mask, size=HORIZON, fill_value=0)
+    pt, keep, edge, nedges, ok = _horizon(pt, face, pt.w[wi])
     slot_ok = jnp.arange(HORIZON) < nedges
-    a = pt.verts[src_face, src_edge]
-    b = pt.verts[src_face, (src_edge + 1) % 3]
-    keep = across[src_face, src_edge]  # the neighbour across the horizon edge
-    new_ids = pt.nfaces + jnp.arange(HORIZON)
-    # the cone's faces (w, a, b): across (w, a) the new face ending at a, across (b, w) the one starting at b
-    prev = jnp.argmax((b[None, :] == a[:, None]) & slot_ok[None, :], axis=1)
-    nxt = jnp.argmax((a[None, :] == b[:, None]) & slot_ok[None, :], axis=1)
-    verts_new = jnp.stack([jnp.full(HORIZON, wi), a, b], axis=1).astype(jnp.int32)
-    adj_new = jnp.stack([new_ids[prev], keep, new_ids[nxt]], axis=1).astype(jnp.int32)
+    t = jnp.arange(HORIZON)
+    new_ids = (pt.nfaces + t).astype(jnp.int32)
+    v1 = pt.verts[keep, edge]
+    v2 = pt.verts[keep, (edge + 1) % 3]
+    cyclic = lambda j: pt.nfaces + jnp.mod(j, jnp.maximum(nedges, 1))  # noqa: E731
+    verts_new = jnp.stack([jnp.full(HORIZON, wi), v2, v1], axis=1).astype(jnp.int32)
+    adj_new = jnp.stack([cyclic(t - 1), keep, cyclic(t + 1)], axis=1).astype(jnp.int32)
     v_new, d2_new = jax.vmap(lambda i, j, k: _face(pt.w, pt.center, i, j, k))(verts_new[:, 0], verts_new[:, 1], verts_new[:, 2])
     drop = jnp.where(slot_ok, new_ids, nf)  # out of range: dropped
-    # the kept neighbour's edge (b, a) now borders the new face
-    edge_in_keep = jnp.argmax(pt.verts[keep] == b[:, None], axis=1)
-    adj = pt.adj.at[jnp.where(slot_ok, keep, nf), edge_in_keep].set(new_ids.astype(jnp.int32), mode="drop")
+    adj = pt.adj.at[jnp.where(slot_ok, keep, nf), edge].set(new_ids, mode="drop")  # the kept face now borders it
     adj = adj.at[drop].set(adj_new, mode="drop")
-    alive = (pt.alive & ~deleted).at[drop].set(True, mode="drop")
-    candidate = (pt.candidate & ~deleted).at[drop].set((d2_new >= lower2) & (d2_new <= upper2), mode="drop")
+    listed = slot_ok & (d2_new >= lower2) & (d2_new <= upper2)
+    pos = pt.nmap + jnp.cumsum(listed) - 1
+    index = pt.index.at[drop].set(jnp.where(listed, pos, -1).astype(jnp.int32), mode="drop")
+    map_ = pt.map.at[jnp.where(listed, pos, nf)].set(new_ids, mode="drop")
     new = pt._replace(
         verts=pt.verts.at[drop].set(verts_new, mode="drop"), adj=adj, v=pt.v.at[drop].set(v_new, mode="drop"),
-        dist2=pt.dist2.at[drop].set(d2_new, mode="drop"), alive=alive, candidate=candidate, nfaces=pt.nfaces + nedges,
+        dist2=pt.dist2.at[drop].set(d2_new, mode="drop"), index=index, map=map_,
+        nmap=pt.nmap + jnp.sum(listed).astype(jnp.int32), nfaces=pt.nfaces + nedges,
     )  # fmt: skip
     degenerate = jnp.any(slot_ok & (d2_new == 0))
-    status = jnp.where((nedges < 3) | (nedges > HORIZON), 1, jnp.where(nedges > nf - pt.nfaces, 2, jnp.where(degenerate, 1, 0)))
+    status = jnp.where((nedges < 3) | ~ok, 1, jnp.where(nedges > nf - pt.nfaces, 2, jnp.where(degenerate, 1, 0)))
     return new, status
 
 
-def _epa(support: Support, pt: _Polytope, tol, kmax: int):
-    """EPA: (face, found) with the polytope; the face closest to the origin when it stopped."""
+def _epa(support: Support, pt: _Polytope, tol, kmax: int, discrete):
+    """EPA: (face, found) with the polytope; the face closest to the origin when it stopped.
+    discrete (two polytopes): it also stops at a support point it already has (same vertex ids)."""
     dtype = pt.w.dtype
     big = _big(dtype)
 
@@ -516,23 +495,25 @@ def _epa(support: Support, pt: _Polytope, tol, kmax: int):
     def body(s):
         k, pt, face, found, upper, _ = s
         pface = face
-        d2 = jnp.where(pt.candidate, pt.dist2, jnp.inf)
-        face = jnp.argmin(d2)
-        lower2 = d2[face]
+        d2 = jnp.where(jnp.arange(pt.map.shape[0]) < pt.nmap, pt.dist2[pt.map], jnp.inf)
+        first = jnp.argmin(d2)  # the first candidate of least distance, in map order
+        face = pt.map[first]
+        lower2 = d2[first]
         upper2 = upper * upper
-        invalid = ~jnp.any(pt.candidate) | (lower2 > upper2)
+        invalid = (pt.nmap == 0) | (lower2 > upper2)
         on_hull = lower2 <= 0
         lower = jnp.sqrt(jnp.maximum(lower2, 0.0))
-        w, a, b = _epa_support(support, pt.v[face], lower)
+        w, a, b, ids = _epa_support(support, pt.v[face], lower)
         wi = pt.nverts
-        pt_w = pt._replace(w=pt.w.at[wi].set(w), a=pt.a.at[wi].set(a), b=pt.b.at[wi].set(b), nverts=wi + 1)
+        pt_w = pt._replace(w=pt.w.at[wi].set(w), a=pt.a.at[wi].set(a), b=pt.b.at[wi].set(b), i=pt.i.at[wi].set(ids), nverts=wi + 1)
         upper_k = jnp.dot(pt.v[face], w) / lower
         upper = jnp.minimum(upper, upper_k)
-        converged = upper - lower < tol
+        converged = upper_k - lower < tol  # this iteration's bound (MuJoCo 4.0)
         no_contact = converged & (k == 0) & (upper < lower - 1e-10)
         grown, status = _expand(pt_w, face, wi, lower2, upper * upper)
-        left = jnp.any(grown.candidate)
-        stop_before = invalid | on_hull | converged
+        left = grown.nmap > 0
+        repeated = discrete & jnp.any(jnp.all(pt.i == ids, axis=1) & (jnp.arange(pt.i.shape[0]) < wi))
+        stop_before = invalid | on_hull | converged | repeated
         done = stop_before | (status != 0) | ~left
         face = jnp.where(invalid, pface, face)
         found = jnp.where(invalid, found, ~(no_contact | (~stop_before & (status == 1))))
@@ -554,13 +535,14 @@ class Result(NamedTuple):
     normal: jax.Array  # normalize(x1 - x2): from geom 1 to geom 2
 
 
-def penetration(core: Support, full: Support, c1, c2, rounded: tuple[float, float] | None, margin, tol, iterations: int) -> Result:
+def penetration(core: Support, full: Support, c1, c2, rounded, discrete, margin, tol, iterations: int) -> Result:
     """mjc_penetration with nativeccd, one contact (max_contacts = 1).
 
     core/full: supports of the pair with spheres and capsules shrunk to their cores (the
     other shapes inflated by margin / 2) and of the whole, inflated shapes; c1, c2: the geoms'
     centres; rounded: (r1 + margin/2, r2 + margin/2) for sphere/capsule geoms (0 for others)
-    when one is in the pair, else None.
+    when one is in the pair, else None; discrete: both geoms polytopes without margin (GJK and
+    EPA then run to convergence, MuJoCo's discreteGeoms).
     """
     dtype = c1.dtype
     big = _big(dtype)
@@ -576,10 +558,10 @@ def penetration(core: Support, full: Support, c1, c2, rounded: tuple[float, floa
         shallow_dist = jnp.where(shallow_dist > 0, big, shallow_dist)
         shallow = st.dist > tol
         shallow_result = Result(shallow_dist < 0, margin + shallow_dist, 0.5 * (x1 + x2), _unit(x1 - x2))
-    st = _gjk(full, c1, c2, tol, iterations)
+    st = _gjk(full, c1, c2, tol, iterations, discrete=discrete)
     run = (st.dist <= tol) & (st.n > 1) & ~st.separated
     pt, ok = _start_polytope(full, st, nv, nf)
-    pt, face, found = _epa(full, pt, tol, min(iterations, 1000))
+    pt, face, found = _epa(full, pt, jnp.where(discrete, MINVAL, tol), min(iterations, 1000), discrete)
     ids = pt.verts[face]
     lam = _tri_coords(pt.w[ids[0]], pt.w[ids[1]], pt.w[ids[2]], pt.v[face])
     x1, x2 = lam @ pt.a[ids], lam @ pt.b[ids]

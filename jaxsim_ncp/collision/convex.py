@@ -466,11 +466,23 @@ def _bound(kind: int, size, mesh=None) -> Float[Array, ""]:
     return safe_norm(size)
 
 
-DISCRETE = {BOX, MESH}  # polytopes (a height field's prisms are meshes): MuJoCo's GJK/EPA end exactly on them
+POLYTOPES = (BOX, MESH)  # (a height field's prisms are meshes)
 
 
-def _mujoco_contact(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, margin, tolerance: float, iterations: int) -> ccd.Result:
-    """MuJoCo's contact (mjc_penetration, nativeccd) between the two geoms (`ccd.py`)."""
+def _vertex_id(kind: int, g: GeomFrame, d, prism: bool):
+    """The support vertex's id MuJoCo records (box corner bits, mesh vertex; -1 else and for a
+    height field's prism, whose support function leaves it unset)."""
+    m = g.mat.T @ d
+    if kind == BOX:
+        return jnp.sum(jnp.where(m >= 0, jnp.array([1, 2, 4]), 0)).astype(jnp.int32)
+    if kind == MESH and not prism:
+        return jnp.argmax(g.mesh.vert @ m).astype(jnp.int32)
+    return jnp.asarray(-1, jnp.int32)
+
+
+def _mujoco_contact(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, margin, tolerance: float, iterations: int, prism: bool) -> ccd.Result:
+    """MuJoCo's contact (mjc_penetration, nativeccd) between the two geoms (`ccd.py`); prism:
+    g1 is a height field's prism."""
     half = 0.5 * margin
     r1, r2 = _radius(k1, g1.size), _radius(k2, g2.size)
 
@@ -481,24 +493,26 @@ def _mujoco_contact(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, margin, tole
         def fn(d):
             a = _core_support(k1, g1, d) + e1 * d
             b = _core_support(k2, g2, -d) - e2 * d
-            return a - b, a, b
+            return a - b, a, b, jnp.stack([_vertex_id(k1, g1, d, prism), _vertex_id(k2, g2, -d, False)])
 
         return fn
 
     rounded = None
     if k1 in (SPHERE, CAPSULE) or k2 in (SPHERE, CAPSULE):
         rounded = tuple(r + half if k in (SPHERE, CAPSULE) else jnp.zeros_like(r) for k, r in ((k1, r1), (k2, r2)))
+    discrete = (margin == 0) & (k1 in POLYTOPES) & (k2 in POLYTOPES)
     tol = jnp.asarray(tolerance, g1.pos.dtype)
-    return ccd.penetration(support(True), support(False), g1.pos, g2.pos, rounded, margin, tol, iterations)
+    return ccd.penetration(support(True), support(False), g1.pos, g2.pos, rounded, discrete, margin, tol, iterations)
 
 
-def convex_contact(k1: int, k2: int) -> Callable:
-    """Narrow-phase function (base contract, one slot) for geom types k1 <= k2."""
+def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
+    """Narrow-phase function (base contract, one slot) for geom types k1 <= k2; prism: g1 is a
+    height field's prism (a 6-vertex mesh)."""
 
     def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd: tuple[float, int] | None = None) -> Collision:
-        """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): the contact's value is then MuJoCo's
-        approximation (`ccd.py`, float64 and a curved shape in the pair), its derivative the
-        exact contact's."""
+        """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): in float64 the contact's value is then
+        MuJoCo's (`ccd.py`: within ccd_tolerance of the exact one for curved shapes), its
+        derivative the exact contact's."""
         dtype = g1.pos.dtype
         eps = jnp.finfo(dtype).eps
         gs1, gs2 = jax.lax.stop_gradient((g1, g2))
@@ -547,8 +561,8 @@ def convex_contact(k1: int, k2: int) -> Callable:
         dist = jnp.where(worse, dist_start, dist)
         pos = 0.5 * jnp.where(worse, a_start + b_start, a + b)
         valid = dist < margin
-        if ccd is not None and dtype == jnp.float64 and not {k1, k2} <= DISCRETE:
-            mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd)
+        if ccd is not None and dtype == jnp.float64:
+            mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd, prism)
             finite = jnp.isfinite(mj.dist) & jnp.all(jnp.isfinite(mj.pos)) & jnp.all(jnp.isfinite(mj.normal))
             use = mj.contact & finite
             straight = lambda exact, value: jnp.where(use, exact + jax.lax.stop_gradient(value - exact), exact)  # noqa: E731

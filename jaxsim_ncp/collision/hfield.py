@@ -51,7 +51,7 @@ def collider(kind: int, nrow: int, ncol: int, cells: tuple[int, int], elevation,
     """Narrow-phase function (base contract) of a height field (g1) against a geom of `kind`,
     with 2 * rows * columns contact slots; `elevation` (nrow * ncol) and `size` (4) are the
     height field's (model leaves, so differentiable); ccd as `convex.convex_contact`'s."""
-    prism_contact = jax.vmap(functools.partial(convex_contact(MESH, kind), ccd=ccd), in_axes=(0, None, None))
+    prism_contact = jax.vmap(functools.partial(convex_contact(MESH, kind, prism=True), ccd=ccd), in_axes=(0, None, None))
     rows, cols = cells
 
     def fn(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
