@@ -9,9 +9,9 @@ report the largest qpos/qvel difference over the steps, how many steps stay with
 for MuJoCo against itself with qvel perturbed by 1e-14 says how chaotic the scene is), and the
 relative forward qacc and sensordata differences at the start. Where qacc differs by more
 than 1e-8, MuJoCo's forward pass is repeated with its convex-collision tolerance tightened
-(ccd_tolerance 1e-12, 1000 iterations): MuJoCo's EPA stops at ccd_tolerance 1e-6 and places
-contact points up to ~1e-4 m away from the exact ones (ours), so a difference that shrinks
-there is MuJoCo's approximation, not ours (barkour: 5.6e-5 -> 2.9e-8).
+(ccd_tolerance 1e-12, 1000 iterations), which tells a difference in MuJoCo's convex
+collision approximation from one elsewhere. (Barkour's feet on its height field differed by
+5.6e-5 before collision/ccd.py repeated MuJoCo's EPA; now 3.7e-15.)
 
     python experiments/mjx_test_data.py [--steps 100] [--only humanoid]   # --only: update those rows
 
