@@ -14,7 +14,8 @@ from . import collision, ray, sensor
 from .cfd import CFD, pair_mask
 from .collision import FUNCTIONS
 from .collision.hfield import HFIELD, PARTNERS as HFIELD_PARTNERS, window as hfield_window
-from .collision.mesh import MESH, MULTICCD_PAIRS as MESH_MULTICCD_PAIRS
+from .collision.convex import FUNCTIONS as CONVEX_FUNCTIONS
+from .collision.mesh import FUNCTIONS as MESH_FUNCTIONS, MESH, MULTICCD_PAIRS as MESH_MULTICCD_PAIRS
 from .collision.primitives import PLANE
 from .collision.multiccd import PAIRS as MULTICCD_PAIRS
 from .integrate import adaptive
@@ -50,6 +51,8 @@ _DISABLE_NAMES = {
     for name in dir(mujoco.mjtDisableBit)
     if name.startswith("mjDSBL_") and name != "mjNDISABLE"
 }
+# pairs MuJoCo collides with its convex collider (mjc_Convex, mjc_ConvexHField: GJK/EPA, `collision/ccd.py`)
+_NATIVE_CCD = {*CONVEX_FUNCTIONS, *MULTICCD_PAIRS, *(types for types in MESH_FUNCTIONS if PLANE not in types)}
 _NCP_ITERATIONS = 30  # the interior-point solver's default iteration budget (MuJoCo's 100 is for Newton)
 
 
@@ -730,6 +733,12 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                 raise UnsupportedFeatureError(
                     f"collision between a {n1} and a {n2} (geoms {names[0]!r} and {names[1]!r}, geom/type) is "
                     "not supported yet; set their contype/conaffinity so they cannot collide"
+                )
+            if "nativeccd" in disableflags and (types[0] == HFIELD or types in _NATIVE_CCD):
+                names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
+                raise UnsupportedFeatureError(
+                    f"libccd's convex collision (option/flag nativeccd=\"disable\") for the pair {names[0]!r}-{names[1]!r}: "
+                    "only MuJoCo's native GJK/EPA is reproduced; remove the flag"
                 )
             if (types in MULTICCD_PAIRS or types in MESH_MULTICCD_PAIRS) and "multiccd" not in disableflags:
                 if _pair_margin_gap(m, g1, g2, pid) != 0:

@@ -39,6 +39,9 @@ def test_malformed_xml_raises():
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"
          "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
          "site semantics"),
+        # convex pairs follow MuJoCo's native GJK/EPA only, not libccd's
+        ("<mujoco><option><flag nativeccd='disable'/></option><worldbody><geom name='egg' type='ellipsoid' size='.1 .2 .3'/>"
+         "<body><freejoint/><geom name='pill' type='capsule' size='.1 .2'/></body></worldbody></mujoco>", "nativeccd.*'pill'-'egg'"),
         # spring plasticity (springyield, on joints or tendons) is not simulated yet
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<tendon><fixed name='yield' stiffness='1' springyield='0.5'><joint joint='j' coef='1'/></fixed></tendon></mujoco>",
