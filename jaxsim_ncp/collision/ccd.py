@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..math import tree_where
+
 MINVAL = 1e-15  # mjMINVAL
 MINVAL2 = MINVAL * MINVAL  # mjMINVAL2 = mjMINDIST2/3/4 (double)
 MAXVAL2 = 1e20  # mjMAXVAL^2
@@ -58,10 +60,6 @@ def _same(a, b):
 
 def _det3(a, b, c):
     return jnp.dot(a, jnp.cross(b, c))
-
-
-def _pick(cond, a, b):
-    return jax.tree.map(lambda x, y: jnp.where(cond, x, y), a, b)
 
 
 # -------------------------------------------------------------- signed-volume subalgorithm
@@ -139,15 +137,13 @@ def _s2d(s1, s2, s3):
     c = _areas(p, s1, s2, s3, axes)
     comp = _same(m_max, c)
     inside = jnp.all(comp)
-    zero = jnp.zeros(1, s1.dtype)
     edges = []
     for i, (u, v, slots) in enumerate(((s2, s3, (1, 2)), (s1, s3, (0, 2)), (s1, s2, (0, 1)))):
-        l1 = _s1d(u, v)
-        lam = jnp.zeros(3, s1.dtype).at[jnp.array(slots)].set(l1)
-        edges.append((~comp[i], lam, l1[0] * u + l1[1] * v))
-    lam = _closest_of(edges, jnp.zeros(3, s1.dtype))
-    lam = jnp.where(inside, c / jnp.where(inside, m_max, 1.0), lam)
-    return jnp.where(failed, jnp.concatenate([_s1d(s1, s2), zero]), lam)
+        lam = jnp.zeros(3, s1.dtype).at[jnp.array(slots)].set(_s1d(u, v))
+        edges.append((~comp[i], lam, lam[slots[0]] * u + lam[slots[1]] * v))
+    closest = _closest_of(edges, jnp.zeros(3, s1.dtype))
+    closest = jnp.where(inside, c / jnp.where(inside, m_max, 1.0), closest)
+    return jnp.where(failed, edges[2][1], closest)  # no plane: the segment s1 s2
 
 
 def _s3d(s):
@@ -240,7 +236,7 @@ def _gjk(support: Support, x1, x2, tol, kmax: int, dist_cutoff=None, discrete=Fa
         separated = separated | (~(stalled | converged) & (n_new < 1))
         advance = ~(stalled | converged | separated)
         done = ~advance | (n_new == 4)
-        return (jnp.where(advance, k + 1, k), jnp.where(advance, n_new, n), _pick(advance, sx_kept, sx),
+        return (jnp.where(advance, k + 1, k), jnp.where(advance, n_new, n), tree_where(advance, sx_kept, sx),
                 jnp.where(advance, lam_kept, lam), jnp.where(advance, x_new, x),
                 jnp.where(advance, jnp.linalg.norm(x_new), xnorm), jnp.where(advance, xnorm, xprev), done,
                 ~(stalled | converged) & separated)  # fmt: skip
@@ -329,7 +325,7 @@ def _first_degenerate(d2):
     return jnp.where(jnp.any(bad), jnp.argmax(bad), -1)
 
 
-_HEX = ((0, 1, 2, 3, 4), [(4, 0, 1), (4, 2, 0), (4, 1, 2), (3, 1, 0), (3, 0, 2), (3, 2, 1)])
+_HEX = [(4, 0, 1), (4, 2, 0), (4, 1, 2), (3, 1, 0), (3, 0, 2), (3, 2, 1)]
 _HEX_ADJ = [(1, 3, 2), (2, 4, 0), (0, 5, 1), (5, 0, 4), (3, 1, 5), (4, 2, 3)]
 _TET = [(0, 1, 2), (0, 3, 1), (0, 2, 3), (3, 2, 1)]
 _TET_ADJ = [(1, 3, 2), (2, 3, 0), (0, 3, 1), (2, 0, 1)]
@@ -386,7 +382,7 @@ def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
     behind = _epa_support(support, -normal, n_norm)
     hex_verts = tri_verts + [ahead, behind]
     hex_center = ((t1 + t2) + t3) * (1.0 / 3.0)
-    hexa, hex_d2 = _polytope(hex_verts, _HEX[1], _HEX_ADJ, hex_center, nv, nf)
+    hexa, hex_d2 = _polytope(hex_verts, _HEX, _HEX_ADJ, hex_center, nv, nf)
 
     def on_triangle(p):
         lam = _tri_coords(t1, t2, t3, p)
@@ -395,7 +391,7 @@ def _start_polytope(support: Support, st: _Status, nv: int, nf: int):
     hex_ok = (n_norm >= MINVAL) & ~on_triangle(ahead[0]) & ~on_triangle(behind[0]) & jnp.all(hex_d2 >= MINVAL2)
 
     use_hex = (st.n == 3) | ((st.n == 4) & (tet_bad >= 0)) | ((st.n == 2) & (seg_bad >= 0))
-    pt = _pick(use_hex, hexa, _pick(st.n == 4, tet, seg))
+    pt = tree_where(use_hex, hexa, tree_where(st.n == 4, tet, seg))
     ok = jnp.where(use_hex, hex_ok, jnp.where(st.n == 4, tet_ok, seg_ok))
     return pt, ok
 
@@ -435,7 +431,7 @@ def _horizon(pt: _Polytope, face, w):
         sk = sk.at[top].set(k + 1)
         push = ~finished & visible
         add = ~finished & alive & ~visible
-        pt = _pick(push, _delete(pt, g), pt)
+        pt = tree_where(push, _delete(pt, g), pt)
         child = jnp.minimum(top + 1, depth - 1)
         sf = jnp.where(push, sf.at[child].set(g), sf)
         se = jnp.where(push, se.at[child].set(edge), se)
@@ -517,7 +513,7 @@ def _epa(support: Support, pt: _Polytope, tol, kmax: int, discrete):
         done = stop_before | (status != 0) | ~left
         face = jnp.where(invalid, pface, face)
         found = jnp.where(invalid, found, ~(no_contact | (~stop_before & (status == 1))))
-        pt = _pick(~stop_before & (status == 0), grown, pt)
+        pt = tree_where(~stop_before & (status == 0), grown, pt)
         return k + 1, pt, face, found, upper, done
 
     state = (jnp.asarray(0), pt, jnp.asarray(0), jnp.asarray(False), big, jnp.asarray(False))
@@ -569,7 +565,7 @@ def penetration(core: Support, full: Support, c1, c2, rounded, discrete, margin,
     contact = run & ok & found & (depth < 0)
     result = Result(contact, margin + depth, 0.5 * (x1 + x2), _unit(x1 - x2))
     if rounded is not None:
-        result = _pick(shallow, shallow_result, result)
+        result = tree_where(shallow, shallow_result, result)
     return result
 
 
