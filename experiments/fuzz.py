@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import concurrent.futures
 import dataclasses
 import time
 
@@ -149,6 +150,7 @@ class Group:
     qpos: np.ndarray  # (n, nq)
     qvel: np.ndarray  # (n, nv)
     apart: np.ndarray  # (n,) bool: no penetrating contact at the start (MuJoCo)
+    seed: int = -1  # make_group's seed: make_group(structure, n, seed) draws these scenes again
 
 
 def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
@@ -172,7 +174,7 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         v = np.concatenate([np.r_[rng.normal(scale=1.0, size=3), rng.normal(scale=3.0, size=3)] for _ in structure.types])
         qvel.append(v * (rng.uniform() > 0.25))  # a quarter of the scenes start at rest
     model = jax.tree.map(lambda *xs: jnp.stack(xs), *models)
-    return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart))
+    return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart), seed)
 
 
 def energy(model: jsn.Model, data: jsn.Data) -> jax.Array:
@@ -280,6 +282,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--group", type=int, default=64, help="scenes per structure (one compile each)")
     add_structure_arguments(parser)
+    parser.add_argument("--one-structure", action="store_true",
+                        help="every group draws new scenes of the first structure (one compile; counts after each group)")
     parser.add_argument("--x64", action="store_true", help="float64 (default float32, what users run)")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", args.x64)
@@ -287,23 +291,37 @@ def main() -> None:
     counts = collections.Counter()
     start = time.time()
     done = 0
-    while done < args.scenes:
-        n = min(args.group, args.scenes - done)
-        group = next_group(rng, n, args)
-        structure = group.structure
-        print(f"{structure}: {n} scenes", flush=True)
-        states_ok, grad_ok, energies, diverged, gnorm, unconverged = check_group(group, args.steps)
-        rise, energy_bad = energy_gain(group, energies)
-        counts.update(scenes=n, steps=n * args.steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok & np.isnan(gnorm)).sum()),
-                      overflow_grad=int((~grad_ok & np.isinf(gnorm)).sum()),
-                      diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()),
-                      **{f"{structure.solver}_scenes": n, f"{structure.solver}_unconverged_steps": int(unconverged.sum())})
-        for i in np.nonzero(~states_ok | ~grad_ok | energy_bad)[0]:
-            print(f"  FAIL {structure} scene {i}: states {states_ok[i]} grad {grad_ok[i]} |grad| {gnorm[i]:.3g} "
-                  f"energy rise {rise[i]:.3g} unconverged steps {unconverged[i]}", flush=True)
-        done += n
-        print(f"{done}/{args.scenes} scenes, {time.time() - start:.0f} s: {dict(counts)}", flush=True)
+    first = None
+    draw = lambda n: (  # noqa: E731
+        next_group(rng, n, args) if first is None or not args.one_structure else make_group(first, n, seed=int(rng.integers(2**31)))
+    )
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the next group is built while this one runs
+        pending = pool.submit(draw, min(args.group, args.scenes))
+        while pending is not None:
+            group = pending.result()
+            first, n = group.structure, len(group.qpos)
+            rest = args.scenes - done - n
+            pending = pool.submit(draw, min(args.group, rest)) if rest > 0 else None
+            done = _check_and_count(group, args.steps, counts, done, args.scenes, start)
     print("TOTAL", dict(counts))
+
+
+def _check_and_count(group: Group, steps: int, counts: collections.Counter, done: int, scenes: int, start: float) -> int:
+    """Run one group, add its counts, print its failures and the running totals; returns scenes done."""
+    structure, n = group.structure, len(group.qpos)
+    print(f"{structure}: {n} scenes", flush=True)
+    states_ok, grad_ok, energies, diverged, gnorm, unconverged = check_group(group, steps)
+    rise, energy_bad = energy_gain(group, energies)
+    counts.update(scenes=n, steps=n * steps, nan_state=int((~states_ok).sum()), nan_grad=int((~grad_ok & np.isnan(gnorm)).sum()),
+                  overflow_grad=int((~grad_ok & np.isinf(gnorm)).sum()),
+                  diverged=int(diverged.sum()), apart=int(group.apart.sum()), energy_rise=int(energy_bad.sum()),
+                  **{f"{structure.solver}_scenes": n, f"{structure.solver}_unconverged_steps": int(unconverged.sum())})
+    for i in np.nonzero(~states_ok | ~grad_ok | energy_bad)[0]:
+        print(f"  FAIL {structure} scene {i} (make_group seed {group.seed}): states {states_ok[i]} grad {grad_ok[i]} |grad| {gnorm[i]:.3g} "
+              f"energy rise {rise[i]:.3g} unconverged steps {unconverged[i]}", flush=True)
+    done += n
+    print(f"{done}/{scenes} scenes, {time.time() - start:.0f} s: {dict(counts)}", flush=True)
+    return done
 
 
 if __name__ == "__main__":
