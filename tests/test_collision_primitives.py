@@ -350,3 +350,36 @@ def test_sphere_ellipsoid_matches_exact_closest_point():
         np.testing.assert_allclose(col.dist[b, 0], dist, atol=1e-12)
         np.testing.assert_allclose(col.pos[b, 0], pos, atol=1e-12)
         np.testing.assert_allclose(col.frame[b, 0, 0], normal, atol=1e-11)
+
+
+
+def test_far_apart_convex_pairs_are_finite_in_float32():
+    """Two boxes 1 m to 1 km apart through the GJK/EPA path, float32: no contact, the float64
+    distance, finite values and gradients (of a loss that masks invalid slots, as the pipeline
+    does). GJK's sub-simplex projection used to solve a KKT system of the support points
+    themselves, whose pivots fall as 1/|w|^2: beyond ~10 m every sub-simplex could be rejected,
+    the centroid of four points then read as "contains the origin" and EPA's NaN reached the
+    gradient. The first pose is the one a GPU fuzz run met (two box meshes, 10.2 m apart)."""
+    fn = convex.convex_contact(BOX, BOX)
+    mat1 = [[1.5506636e-10, 6.9700414e-01, -7.1706706e-01], [1.6864114e-08, 7.17067e-01, 6.970042e-01],
+            [9.9999994e-01, -4.470683e-08, -1.1920929e-07]]
+    mat2 = [[-0.787396, 0.3620962, -0.49889296], [-0.18107913, -0.9094599, -0.3742903], [-0.58925223, -0.20437565, 0.781673]]
+    pos1, pos2 = np.array([0.403598, 0.6083666, 0.10963109]), np.array([-7.1188045, -6.8465858, 0.25094917])
+    stretch = np.array([1.0, 0.1, 3.0, 10.0, 100.0])  # the pair's offset scaled: 1 m to 1 km
+    size1, size2 = [0.10971628, 0.15876153, 0.1938028], [0.051230066, 0.09253443, 0.18317929]
+
+    def loss(p2, dtype):
+        n = len(stretch)
+        g1 = GeomFrame(*(jnp.broadcast_to(jnp.asarray(a, dtype), (n, *np.shape(a))) for a in (pos1, mat1, size1)))
+        g2 = GeomFrame(p2.astype(dtype), *(jnp.broadcast_to(jnp.asarray(a, dtype), (n, *np.shape(a))) for a in (mat2, size2)))
+        col = jax.vmap(fn)(g1, g2, jnp.zeros(n, dtype))
+        return jnp.sum(jnp.where(col.valid, col.dist, 0.0)) + jnp.sum(jnp.where(col.valid[..., None], col.pos, 0.0)), col
+
+    run = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
+    p2 = jnp.asarray(pos1 + stretch[:, None] * (pos2 - pos1))
+    (_, col32), grad = run(p2, jnp.float32)
+    (_, col64), _ = run(p2, jnp.float64)
+    assert not np.asarray(col32.valid).any()
+    for leaf in (col32.dist, col32.pos, col32.frame, grad):
+        assert np.all(np.isfinite(np.asarray(leaf)))
+    np.testing.assert_allclose(np.asarray(col32.dist), np.asarray(col64.dist), rtol=1e-5)

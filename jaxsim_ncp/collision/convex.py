@@ -122,36 +122,44 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
 
     Brute force over the sub-simplices: the closest point is the projection of the origin
     onto the affine hull of the sub-simplex whose projection has all-positive coordinates
-    and the smallest norm (every such projection lies in the hull).
+    and the smallest norm (every such projection lies in the hull). Each projection is solved
+    in edge coordinates, x = w_r + sum_i mu_i (w_i - w_r) with (D D^T) mu = -D w_r, whose
+    conditioning is the simplex's own: in a KKT system of the points themselves the pivots
+    fall as 1/|w|^2 against entries growing as |w|^2, and in float32 every sub-simplex of
+    shapes ~10 m apart was rejected as singular.
     """
     subsets = jnp.asarray(_SUBSETS)
-    gram = w @ w.T
+    tiny = jnp.finfo(w.dtype).tiny
 
     def project(sub):
-        both = sub[:, None] & sub[None, :]
-        kkt = jnp.zeros((5, 5), w.dtype)
-        kkt = kkt.at[:4, :4].set(jnp.where(both, gram, jnp.eye(4, dtype=w.dtype)))
-        kkt = kkt.at[:4, 4].set(sub.astype(w.dtype)).at[4, :4].set(sub.astype(w.dtype))
-        rhs = jnp.zeros(5, w.dtype).at[4].set(1.0)
-        # an affinely dependent sub-simplex has a singular KKT matrix: it is rejected below, but a
+        ref = jnp.argmax(sub)  # the sub-simplex's first point
+        edges = w - w[ref]
+        others = sub & (jnp.arange(4) != ref)
+        both = others[:, None] & others[None, :]
+        gram = jnp.where(both, edges @ edges.T, 0.0)
+        scale = jnp.maximum(jnp.max(jnp.abs(jax.lax.stop_gradient(gram))), tiny)
+        # an affinely dependent sub-simplex has a singular system: it is rejected below, but a
         # solve with it would put 0/0 into the gradient even with a zero cotangent; solve with I
-        pivots = jnp.abs(jnp.diagonal(linalg.lu_factor(jax.lax.stop_gradient(kkt))[0]))
-        singular = ~(jnp.min(pivots) > 1e3 * jnp.finfo(w.dtype).eps * jnp.max(jnp.abs(kkt)))  # NaN: singular
-        lam = linalg.solve(jnp.where(singular, jnp.eye(5, dtype=w.dtype), kkt), rhs)[:4]
-        lam = jnp.where(sub, lam, 0.0)
+        system = gram + jnp.where(both, 0.0, scale * jnp.eye(4, dtype=w.dtype))
+        pivots = jnp.abs(jnp.diagonal(linalg.lu_factor(jax.lax.stop_gradient(system))[0]))
+        singular = ~(jnp.min(pivots) > 1e3 * jnp.finfo(w.dtype).eps * scale)  # NaN: singular
+        rhs = jnp.where(others, -(edges @ w[ref]), 0.0)
+        mu = jnp.where(others, linalg.solve(jnp.where(singular, scale * jnp.eye(4, dtype=w.dtype), system), rhs), 0.0)
+        lam = mu + jnp.where(jnp.arange(4) == ref, 1.0 - jnp.sum(mu), 0.0)
         ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & ~singular
         # a tetrahedron with all-positive coordinates contains the origin: distance 0 exactly
         # (its round-off must not lose against a face that passes through the origin)
-        dist2 = jnp.where(jnp.sum(sub) == 4, 0.0, jnp.sum((lam @ w) ** 2))
+        dist2 = jnp.where(jnp.sum(sub) == 4, 0.0, jnp.sum((w[ref] + mu @ edges) ** 2))
         return lam, jnp.where(ok, dist2, jnp.inf)
 
     lams, dist2 = jax.vmap(project)(subsets)
     best = jnp.argmin(dist2[::-1])
     best = len(_SUBSETS) - 1 - best  # ties go to the larger subset (the full one is last)
     found = jnp.isfinite(dist2[best])
-    # every solve failed (never seen): fall back to the centroid of the simplex
-    lam = jnp.where(found, lams[best], jnp.where(mask, 1.0, 0.0) / jnp.maximum(jnp.sum(mask), 1))
-    return lam
+    # every solve failed (never seen): the simplex's point nearest the origin, never a
+    # tetrahedron (all coordinates positive would read as "contains the origin")
+    nearest = jnp.argmin(jnp.where(mask, jnp.sum(w**2, axis=1), jnp.inf))
+    return jnp.where(found, lams[best], (jnp.arange(4) == nearest).astype(w.dtype))
 
 
 class _Simplex(NamedTuple):
