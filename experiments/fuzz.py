@@ -17,7 +17,8 @@ capacity (``--capped-fraction``, ``max_geom_pairs`` 1 or 2).
 
 Checked per scene: every state of the rollout and the gradient of a rollout loss with
 respect to the initial velocity and the geom frictions are finite; the solver and
-divergence flags (steps without solver convergence are counted per solver); for scenes that start apart (no contact with dist < 0 in MuJoCo)
+divergence flags (steps without solver convergence are counted per solver); for scenes that start apart (no contact with dist < 0 in MuJoCo,
+no two bodies at one pose)
 the mechanical energy never rises above its start by more than a tolerance. A non-finite
 gradient is counted as ``nan_grad`` or as ``overflow_grad`` (+-inf: the true derivative is beyond
 the dtype, `jaxsim_ncp.adjoint`).
@@ -149,7 +150,7 @@ class Group:
     model: jsn.Model  # leaves stacked along a leading scene axis
     qpos: np.ndarray  # (n, nq)
     qvel: np.ndarray  # (n, nv)
-    apart: np.ndarray  # (n,) bool: no penetrating contact at the start (MuJoCo)
+    apart: np.ndarray  # (n,) bool: no penetrating contact at the start (MuJoCo), no coincident bodies
     seed: int = -1  # make_group's seed: make_group(structure, n, seed) draws these scenes again
 
 
@@ -161,7 +162,11 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         mj = mujoco.MjModel.from_xml_string(scene_xml(rng, structure))
         md = mujoco.MjData(mj)
         mujoco.mj_forward(mj, md)
-        apart.append(all(md.contact[i].dist >= 0 for i in range(md.ncon)))
+        # apart: no penetrating contact in MuJoCo, and no two bodies at one pose (coincident box
+        # meshes: MuJoCo's GJK reports no contact, yet they overlap)
+        poses = np.round(np.concatenate([mj.body_pos, mj.body_quat], axis=1)[1:], 12)
+        coincident = len(np.unique(poses, axis=0)) < len(poses)
+        apart.append(all(md.contact[i].dist >= 0 for i in range(md.ncon)) and not coincident)
         models.append(
             jsn.from_mujoco(
                 mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,

@@ -383,3 +383,33 @@ def test_far_apart_convex_pairs_are_finite_in_float32():
     for leaf in (col32.dist, col32.pos, col32.frame, grad):
         assert np.all(np.isfinite(np.asarray(leaf)))
     np.testing.assert_allclose(np.asarray(col32.dist), np.asarray(col64.dist), rtol=1e-5)
+
+
+def test_float32_gjk_stalled_short_of_a_shallow_contact_goes_to_epa():
+    """A thin box resting on a cylinder's side 3.4e-5 m deep (GPU fuzz, float32, step 200 of a
+    resting scene): float32 GJK stalled 4e-6 m short of the origin, the pair was taken as apart
+    along that arbitrary direction and the polish returned a contact 0.73 m deep (the scene then
+    gained 3 kJ in one step). A stalled GJK (support gap along its direction far below its
+    distance) now goes to EPA: float32 gives float64's contact."""
+    fn = jax.jit(FUNCTIONS[(CYLINDER, BOX)][0])  # multiccd: a manifold around the GJK/EPA contact
+    frames = (
+        ([0.30626028776168823, 0.06697914004325867, 0.18759329617023468],
+         [[0.9997732639312744, 0.02129245735704899, 0.00010637636296451092],
+          [-0.021292472258210182, 0.9997732639312744, 0.00012770768080372363],
+          [-0.0001036330359056592, -0.00012994375720154494, 1.0]],
+         [0.19427303969860077, 0.18763431906700134, 0.0]),
+        ([0.33689257502555847, -0.33044761419296265, 0.1821424514055252],
+         [[0.2874709963798523, 0.4890170097351074, -0.8235430121421814],
+          [0.4174696207046509, 0.7098886966705322, 0.5672541856765747],
+          [0.8620207905769348, -0.506873369216919, -7.736682891845703e-05]],
+         [0.19516710937023163, 0.02773733250796795, 0.19851922988891602]),
+    )
+    out = {}
+    for dtype in (jnp.float32, jnp.float64):
+        g1, g2 = (GeomFrame(*(jnp.asarray(a, dtype) for a in f)) for f in frames)
+        col = fn(g1, g2, jnp.zeros((), dtype))
+        valid = np.asarray(col.valid)
+        out[dtype] = np.asarray(col.dist)[valid], np.asarray(col.frame)[valid][:, 0]
+    (dist32, normal32), (dist64, normal64) = out[jnp.float32], out[jnp.float64]
+    assert len(dist32) >= 1 and np.all(dist32 > -1e-4) and np.all(dist64 > -1e-4)
+    np.testing.assert_allclose(normal32[0], normal64[0], atol=5e-3)

@@ -534,8 +534,13 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         core = _pair_support(k1, gs1, k2, gs2, core=True)
         sx, x, core_inside = _gjk(core, n_init, tol)
         dist_core = safe_norm(x)
-        apart = ~core_inside & (dist_core > tol)  # inside: x is 0 up to round-off
         n_core = -x / jnp.maximum(dist_core, MINVAL)
+        # apart, the support gap along n_core is the distance; far below it, GJK stalled short of
+        # the origin (float32, touching: 4e-6 off, gap -0.73 m along its direction) and the pair
+        # goes to EPA like a touching one
+        w_core = core(n_core)[0]
+        stalled = -jnp.dot(n_core, w_core) < dist_core - 10 * tol
+        apart = ~core_inside & (dist_core > tol) & ~stalled  # inside: x is 0 up to round-off
         r1, r2 = _radius(k1, gs1.size), _radius(k2, gs2.size)
         a_core = sx.lam @ sx.a + r1 * n_core
         b_core = sx.lam @ sx.b - r2 * n_core
@@ -547,7 +552,7 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
             sx, x, inside = _gjk(full, n_init, tol)
         else:
             inside = jnp.all(sx.lam > 0)
-        on_triangle = ~inside & (jnp.sum(sx.lam > 0) >= 2) & (safe_norm(x) <= tol)
+        on_triangle = ~inside & (jnp.sum(sx.lam > 0) >= 2) & ((safe_norm(x) <= tol) | (stalled & (not rounded)))
         sx = jax.tree.map(lambda t, s: jnp.where(on_triangle, t, s), _complete_tetrahedron(full, sx), sx)
         inside = inside | on_triangle
         n_epa, _, a_epa, b_epa = _epa(full, sx, tol, ~apart & inside)
