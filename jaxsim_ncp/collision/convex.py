@@ -535,11 +535,12 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         sx, x, core_inside = _gjk(core, n_init, tol)
         dist_core = safe_norm(x)
         n_core = -x / jnp.maximum(dist_core, MINVAL)
-        # apart, the support gap along n_core is the distance; far below it, GJK stalled short of
-        # the origin (float32, touching: 4e-6 off, gap -0.73 m along its direction) and the pair
-        # goes to EPA like a touching one
-        w_core = core(n_core)[0]
-        stalled = -jnp.dot(n_core, w_core) < dist_core - 10 * tol
+        # apart, the support gap along n_core is the distance; below it and negative (the shapes
+        # overlap along GJK's own direction), GJK stalled short of the origin (float32, touching:
+        # 4e-6 off, gap -0.73 m) and the pair goes to EPA like a touching one. (Far apart, float32
+        # round-off can also leave the gap below the distance, but positive: still apart.)
+        gap_core = -jnp.dot(n_core, core(n_core)[0])
+        stalled = (gap_core < dist_core - 10 * tol) & (gap_core < 0)
         apart = ~core_inside & (dist_core > tol) & ~stalled  # inside: x is 0 up to round-off
         r1, r2 = _radius(k1, gs1.size), _radius(k2, gs2.size)
         a_core = sx.lam @ sx.a + r1 * n_core
