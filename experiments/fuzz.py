@@ -26,6 +26,7 @@ the dtype, `jaxsim_ncp.adjoint`).
     .venv/bin/python experiments/fuzz.py --scenes 10000 --steps 500   # the long study
     .venv/bin/python experiments/fuzz.py --scenes 64 --steps 50        # a quick look
     experiments/fuzz_parallel.sh LOG 500 450 1001:1000 1002:600 ...     # single-structure processes on a GPU
+    GROUP=400 experiments/fuzz_parallel.sh LOG 500 450 3010:4000 ...    # each in groups of 400 (--one-structure)
     .venv/bin/python experiments/fuzz_recheck.py --seed 1002 --scenes 600 --only 195  # a failure in float64
 
 `tests/test_fuzz.py` uses `make_group` and `check_group` on a few small groups.
