@@ -265,10 +265,17 @@ def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adapti
     )
 
 
-def next_group(rng: np.random.Generator, n: int, args: argparse.Namespace, dtype=None) -> Group:
-    """The next group of a run (`main`'s draws, in order): a random structure, then n scenes of it."""
-    structure = random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction,
-                                 args.mesh_fraction)
+def run_structure(rng: np.random.Generator, args: argparse.Namespace) -> Structure:
+    """A run's next random structure, drawn with its options (`add_structure_arguments`)."""
+    return random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction, args.capped_fraction,
+                            args.mesh_fraction)
+
+
+def next_group(rng: np.random.Generator, n: int, args: argparse.Namespace, dtype=None,
+               structure: Structure | None = None) -> Group:
+    """The next group of a run (`main`'s draws, in order): a random structure (unless given), then
+    n scenes of it."""
+    structure = run_structure(rng, args) if structure is None else structure
     return make_group(structure, n, seed=int(rng.integers(2**31)), dtype=dtype)
 
 
@@ -298,9 +305,7 @@ def main() -> None:
     start = time.time()
     done = 0
     first = None
-    draw = lambda n: (  # noqa: E731
-        next_group(rng, n, args) if first is None or not args.one_structure else make_group(first, n, seed=int(rng.integers(2**31)))
-    )
+    draw = lambda n: next_group(rng, n, args, structure=first if args.one_structure else None)  # noqa: E731
     with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the next group is built while this one runs
         pending = pool.submit(draw, min(args.group, args.scenes))
         while pending is not None:

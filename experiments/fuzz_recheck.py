@@ -37,9 +37,7 @@ def main() -> None:
     if args.make_group_seed is None:
         group = fuzz.next_group(rng, args.scenes, args, dtype=dtype)  # the run's first
     else:
-        structure = fuzz.random_structure(rng, args.ncp_fraction, args.adaptive_fraction, args.cfd_fraction,
-                                          args.capped_fraction, args.mesh_fraction)
-        group = fuzz.make_group(structure, args.scenes, args.make_group_seed, dtype=dtype)
+        group = fuzz.make_group(fuzz.run_structure(rng, args), args.scenes, args.make_group_seed, dtype=dtype)
     structure = group.structure
     idx = np.asarray(args.only)
     group = fuzz.Group(structure, jax.tree.map(lambda x: x[idx], group.model), group.qpos[idx], group.qvel[idx], group.apart[idx], group.seed)

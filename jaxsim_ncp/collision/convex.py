@@ -50,7 +50,7 @@ from jaxtyping import Array, Bool, Float
 
 from .. import linalg
 from . import ccd
-from ..math import make_frame, safe_norm
+from ..math import make_frame, safe_norm, tree_where
 from .base import Collision, GeomFrame
 
 SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = 2, 3, 4, 5, 6, 7
@@ -222,7 +222,7 @@ def _complete_tetrahedron(support: Callable, sx: _Simplex) -> _Simplex:
     normal = normal / jnp.maximum(safe_norm(normal), MINVAL)
     up, down = support(normal), support(-normal)
     use_up = jnp.dot(up[0], normal) >= -jnp.dot(down[0], normal)
-    apex = jax.tree.map(lambda u, d: jnp.where(use_up, u, d), up, down)
+    apex = tree_where(use_up, up, down)
     return _Simplex(sx.w.at[3].set(apex[0]), sx.a.at[3].set(apex[1]), sx.b.at[3].set(apex[2]), jnp.full(4, 0.25, sx.w.dtype))
 
 
@@ -554,7 +554,7 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         else:
             inside = jnp.all(sx.lam > 0)
         on_triangle = ~inside & (jnp.sum(sx.lam > 0) >= 2) & ((safe_norm(x) <= tol) | (stalled & (not rounded)))
-        sx = jax.tree.map(lambda t, s: jnp.where(on_triangle, t, s), _complete_tetrahedron(full, sx), sx)
+        sx = tree_where(on_triangle, _complete_tetrahedron(full, sx), sx)
         inside = inside | on_triangle
         n_epa, _, a_epa, b_epa = _epa(full, sx, tol, ~apart & inside)
         xnorm = safe_norm(x)
