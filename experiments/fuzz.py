@@ -153,14 +153,16 @@ class Group:
     qvel: np.ndarray  # (n, nv)
     apart: np.ndarray  # (n,) bool: no penetrating contact at the start (MuJoCo), no coincident bodies
     seed: int = -1  # make_group's seed: make_group(structure, n, seed) draws these scenes again
+    xml: tuple[str, ...] = ()  # the scenes' MJCF (`mujoco_energies`)
 
 
 def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
     """n random scenes of one structure, their models stacked for vmap."""
     rng = np.random.default_rng(seed)
-    models, qpos, qvel, apart = [], [], [], []
+    models, qpos, qvel, apart, xmls = [], [], [], [], []
     for _ in range(n):
-        mj = mujoco.MjModel.from_xml_string(scene_xml(rng, structure))
+        xmls.append(scene_xml(rng, structure))
+        mj = mujoco.MjModel.from_xml_string(xmls[-1])
         md = mujoco.MjData(mj)
         mujoco.mj_forward(mj, md)
         # apart: no penetrating contact in MuJoCo, and no two bodies at one pose (coincident box
@@ -180,7 +182,32 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         v = np.concatenate([np.r_[rng.normal(scale=1.0, size=3), rng.normal(scale=3.0, size=3)] for _ in structure.types])
         qvel.append(v * (rng.uniform() > 0.25))  # a quarter of the scenes start at rest
     model = jax.tree.map(lambda *xs: jnp.stack(xs), *models)
-    return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart), seed)
+    return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart), seed, tuple(xmls))
+
+
+def mujoco_energies(structure: Structure, xml: str, qpos: np.ndarray, qvel: np.ndarray, steps: int) -> tuple[np.ndarray, int]:
+    """MuJoCo C (float64, Newton solver, the structure's integrator and cone) on one scene from
+    (qpos, qvel): (its energy at each state, (steps + 1,) or fewer, the step of its first warning,
+    -1 if none). MuJoCo resets a world whose acceleration it finds unbounded, so its energies end
+    there. Started from our state just before an energy rise, it tells a rise of the integrator
+    (explicit Euler's gyroscopic instability of a fast-spinning thin body: MuJoCo gains the same)
+    from one of ours."""
+    mj = mujoco.MjModel.from_xml_string(xml)
+    integrators = {"euler": mujoco.mjtIntegrator.mjINT_EULER, "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,
+                   "rk4": mujoco.mjtIntegrator.mjINT_RK4}
+    mj.opt.integrator = integrators[structure.integrator]
+    mj.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC if structure.cone == "elliptic" else mujoco.mjtCone.mjCONE_PYRAMIDAL
+    mj.opt.iterations, mj.opt.ls_iterations = structure.iterations, structure.ls_iterations
+    mj.opt.enableflags |= mujoco.mjtEnableBit.mjENBL_ENERGY
+    md = mujoco.MjData(mj)
+    md.qpos[:], md.qvel[:] = qpos, qvel
+    energies = []
+    for t in range(steps + 1):  # md.energy after mj_step: at the state the step started from
+        mujoco.mj_step(mj, md)
+        energies.append(float(np.sum(md.energy)))
+        if any(w.number for w in md.warning):
+            return np.asarray(energies), t
+    return np.asarray(energies), -1
 
 
 def energy(model: jsn.Model, data: jsn.Data) -> jax.Array:
@@ -222,13 +249,16 @@ def check_group(group: Group, steps: int):
     return jax.tree.map(np.asarray, out)
 
 
+ENERGY_REL, ENERGY_PER_KG = 0.02, 1e-3  # `energy_gain`'s tolerance: 2% of the energy's scale, 1 mJ per kg
+
+
 def energy_gain(group: Group, energies: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(rise above the start energy, too much) per scene. Allowed: 2% of the energy's scale plus
     1 mJ per kg (soft contact, discrete time), and only for scenes that start apart."""
     rise = energies.max(axis=1) - energies[:, 0]
     scale = np.abs(energies[:, 0]) + np.max(np.abs(energies), axis=1)
     mass = np.asarray(group.model.body_mass).sum(axis=1)
-    return rise, group.apart & (rise > 0.02 * scale + 1e-3 * mass)
+    return rise, group.apart & (rise > ENERGY_REL * scale + ENERGY_PER_KG * mass)
 
 
 def random_structure(rng: np.random.Generator, ncp_fraction: float = 0.3, adaptive_fraction: float = 0.1,

@@ -413,3 +413,21 @@ def test_float32_gjk_stalled_short_of_a_shallow_contact_goes_to_epa():
     (dist32, normal32), (dist64, normal64) = out[jnp.float32], out[jnp.float64]
     assert len(dist32) >= 1 and np.all(dist32 > -1e-4) and np.all(dist64 > -1e-4)
     np.testing.assert_allclose(normal32[0], normal64[0], atol=5e-3)
+
+
+def test_float32_gjk_finds_the_origin_in_a_flat_tetrahedron():
+    """GJK's tetrahedron around the origin for a cylinder lying 2.5e-4 m into a box (GPU fuzz,
+    replayed on the CPU in float32): 5e-4 m high on 0.4 m edges, too flat for the edge-coordinate
+    solve (rejected as singular), so GJK stalled 2e-4 m short of the origin, EPA started from a
+    polytope without it and the contact came out 0.16-0.72 m deep (the scene gained 250 J in one
+    step). Its coordinates now come from signed volumes: float32 gives float64's."""
+    w = np.array([[-1.2500778e-02, -3.8667464e-01, 3.1346083e-04],
+                  [-5.4289252e-03, 1.8148638e-02, -8.4565952e-03],
+                  [1.0146648e-03, 1.2420874e-02, 4.2177737e-04],
+                  [6.7065507e-03, 7.1322732e-03, 9.9093840e-03]])
+    closest = jax.jit(convex._closest_on_simplex)
+    lam64 = np.asarray(closest(jnp.asarray(w, jnp.float64), jnp.ones(4, bool)))
+    lam32 = np.asarray(closest(jnp.asarray(w, jnp.float32), jnp.ones(4, bool)))
+    np.testing.assert_allclose(lam64 @ w, 0.0, atol=1e-12)  # contains the origin
+    assert np.all(lam64 > 0.02) and np.all(lam32 > 0)
+    np.testing.assert_allclose(lam32, lam64, atol=1e-3)
