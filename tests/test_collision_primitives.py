@@ -431,3 +431,50 @@ def test_float32_gjk_finds_the_origin_in_a_flat_tetrahedron():
     np.testing.assert_allclose(lam64 @ w, 0.0, atol=1e-12)  # contains the origin
     assert np.all(lam64 > 0.02) and np.all(lam32 > 0)
     np.testing.assert_allclose(lam32, lam64, atol=1e-3)
+
+
+def test_float32_epa_keeps_the_origin_inside_its_polytope():
+    """The same fuzz scene a few steps on (cylinder against box, near-parallel faces): float32 EPA
+    expanded its polytope across near-coplanar faces into one with the origin outside a face and
+    returned a depth of -0.013 (the contact then came out 0.73 m deep and the scene gained 8 kJ in
+    one step). An expansion that loses the origin is now undone. Compiled at XLA's default
+    optimization level: at the suite's level 0 the rounding that breaks it does not happen."""
+    cylinder = ([0.0024257388431578875, -0.06359145790338516, 0.1432938277721405],
+                [[0.26452362537384033, 0.7271528840065002, -0.6334635019302368],
+                 [-0.21655716001987457, -0.5952974557876587, -0.7737725973129272],
+                 [-0.9397501349449158, 0.34186220169067383, -1.1920928955078125e-07]],
+                [0.1436336189508438, 0.13947361707687378, 0.0])
+    box = ([0.319078266620636, 0.14191287755966187, 0.03966899216175079],
+           [[1.1920928955078125e-07, -0.0481635183095932, 0.9988394975662231],
+            [-4.65208893629665e-09, -0.9988396167755127, -0.0481635183095932],
+            [1.0, 3.1342608508566627e-09, -2.384185791015625e-07]],
+           [0.039738282561302185, 0.19967436790466309, 0.12153245508670807])
+    simplex = (  # GJK's tetrahedron around the origin: w = a - b, a on the cylinder, b on the box
+        [[-0.014780014753341675, 0.02845526486635208, -0.032338276505470276],
+         [-0.017388835549354553, -0.38404062390327454, -0.0010379329323768616],
+         [0.011544197797775269, 0.006904438138008118, 0.03479847311973572],
+         [0.0018452256917953491, 0.014844685792922974, -0.0010378733277320862]],
+        [[0.17328982055187225, -0.023221097886562347, 0.04706902801990509],
+         [0.18991504609584808, -0.036831654608249664, 0.0783693715929985],
+         [0.1996140331029892, -0.04477192461490631, 0.11420577764511108],
+         [0.18991506099700928, -0.036831676959991455, 0.07836943119764328]],
+        [[0.18806983530521393, -0.05167636275291443, 0.07940730452537537],
+         [0.20730388164520264, 0.34720897674560547, 0.07940730452537537],
+         [0.18806983530521393, -0.05167636275291443, 0.07940730452537537],
+         [0.18806983530521393, -0.05167636275291443, 0.07940730452537537]],
+        [0.16770201921463013, 0.039445407688617706, 0.17543701827526093, 0.6174156069755554],
+    )
+
+    def epa(g1, g2, simplex, tol):
+        support = convex._pair_support(CYLINDER, g1, BOX, g2, core=False)
+        return convex._epa(support, convex._Simplex(*simplex), tol, jnp.array(True))[:2]
+
+    epa = jax.jit(epa, compiler_options={"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False})
+    out = {}
+    for dtype in (jnp.float32, jnp.float64):
+        g1, g2 = (GeomFrame(*(jnp.asarray(a, dtype) for a in f)) for f in (cylinder, box))
+        out[dtype] = epa(g1, g2, tuple(jnp.asarray(a, dtype) for a in simplex), jnp.asarray(1.5099021766218357e-06, dtype))
+    (n32, depth32), (n64, depth64) = out[jnp.float32], out[jnp.float64]
+    assert 0 < float(depth64) < 2e-3 and float(depth32) >= 0
+    np.testing.assert_allclose(float(depth32), float(depth64), atol=1e-5)
+    np.testing.assert_allclose(n32, n64, atol=5e-3)
