@@ -194,7 +194,7 @@ def mujoco_energies(structure: Structure, xml: str, qpos: np.ndarray, qvel: np.n
     from one of ours."""
     mj = mujoco.MjModel.from_xml_string(xml)
     integrators = {"euler": mujoco.mjtIntegrator.mjINT_EULER, "implicitfast": mujoco.mjtIntegrator.mjINT_IMPLICITFAST,
-                   "rk4": mujoco.mjtIntegrator.mjINT_RK4}
+                   "rk4": mujoco.mjtIntegrator.mjINT_RK4, "adaptive": mujoco.mjtIntegrator.mjINT_RK4}  # (nearest MuJoCo has)
     mj.opt.integrator = integrators[structure.integrator]
     mj.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC if structure.cone == "elliptic" else mujoco.mjtCone.mjCONE_PYRAMIDAL
     mj.opt.iterations, mj.opt.ls_iterations = structure.iterations, structure.ls_iterations

@@ -9,6 +9,10 @@ same scenes, same order; with `--make-group-seed S`, the group of that seed, as 
 not, and the gradient's norm. A float64 norm beyond float32's range (3.4e38), or near it, means
 the float32 NaN came from an exploding derivative (an unstable linearization: |eig| > 1 per
 step compounds over the horizon), not from a wrong formula.
+
+With `--mujoco` each scene's energy rise is also triaged against MuJoCo C (float64): from the
+start, and from our own state just before ours rises. Where MuJoCo C gains the same from our
+state, the rise is the integrator's (explicit Euler and a fast-spinning thin body), not ours.
 """
 
 import argparse
@@ -48,6 +52,7 @@ def _mujoco_triage(group: fuzz.Group, names, steps: int, window: int = 16) -> No
 
 
 def _triage_rise(group: fuzz.Group, k: int, qpos, qvel, ours, window: int) -> None:
+    """Where our energy first rises beyond the tolerance, ours and MuJoCo C's from our state."""
     mass = float(np.sum(np.asarray(group.model.body_mass)[k]))
     rise = ours - ours[0]
     beyond = rise > fuzz.ENERGY_REL * (abs(ours[0]) + np.maximum.accumulate(np.abs(ours))) + fuzz.ENERGY_PER_KG * mass
