@@ -315,9 +315,9 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
         faces_new = jnp.where(take[:, None], new_faces, faces)
         valid_new = (valid & ~visible) | take
         normals_new, dists_new = jax.vmap(lambda fc: _face_plane(verts_new[fc, 0]))(faces_new)
-        # an expansion after which a face has the origin outside is wrong (float32, a horizon
-        # through near-coplanar faces): keep the polytope before it
-        lost = jnp.any(valid_new & (dists_new < -tol))
+        # an expansion that loses the origin (a face has it outside now, none had before) is
+        # wrong (float32, a horizon through near-coplanar faces): keep the polytope before it
+        lost = jnp.any(valid_new & (dists_new < -tol)) & ~jnp.any(valid & (dists < -tol))
         stop = converged | ~fits | (n_new < 3) | lost
         keep = lambda old, upd: jnp.where(stop, old, upd)  # noqa: E731
         return (k + 1, keep(verts, verts_new), keep(faces, faces_new), keep(valid, valid_new),
