@@ -126,9 +126,10 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
     in edge coordinates, x = w_r + sum_i mu_i (w_i - w_r) with (D D^T) mu = -D w_r, whose
     conditioning is the simplex's own: in a KKT system of the points themselves the pivots
     fall as 1/|w|^2 against entries growing as |w|^2, and in float32 every sub-simplex of
-    shapes ~10 m apart was rejected as singular.
+    shapes ~10 m apart was rejected as singular. The whole tetrahedron is tested by signed
+    volumes instead (`_tetrahedron_coordinates`).
     """
-    subsets = jnp.asarray(_SUBSETS)
+    subsets = jnp.asarray(_SUBSETS[:-1])  # points, segments, triangles (the full subset is last)
     tiny = jnp.finfo(w.dtype).tiny
 
     def project(sub):
@@ -147,15 +148,14 @@ def _closest_on_simplex(w: Float[Array, "4 3"], mask: Bool[Array, " 4"]):
         mu = jnp.where(others, linalg.solve(jnp.where(singular, scale * jnp.eye(4, dtype=w.dtype), system), rhs), 0.0)
         lam = mu + jnp.where(jnp.arange(4) == ref, 1.0 - jnp.sum(mu), 0.0)
         ok = jnp.all(mask | ~sub) & jnp.all(jnp.where(sub, lam > 0, True)) & ~singular
-        # a tetrahedron with all-positive coordinates contains the origin: distance 0 exactly
-        # (its round-off must not lose against a face that passes through the origin)
-        dist2 = jnp.where(jnp.sum(sub) == 4, 0.0, jnp.sum((w[ref] + mu @ edges) ** 2))
-        return lam, jnp.where(ok, dist2, jnp.inf)
+        return lam, jnp.where(ok, jnp.sum((w[ref] + mu @ edges) ** 2), jnp.inf)
 
     lams, dist2 = jax.vmap(project)(subsets)
+    # a tetrahedron that contains the origin: distance 0 exactly (its round-off must not lose
+    # against a face that passes through the origin)
     lam_tet, inside = _tetrahedron_coordinates(w)
-    lams = lams.at[-1].set(lam_tet)  # the full subset is last
-    dist2 = dist2.at[-1].set(jnp.where(inside & jnp.all(mask), 0.0, jnp.inf))
+    lams = jnp.concatenate([lams, lam_tet[None]])
+    dist2 = jnp.concatenate([dist2, jnp.where(inside & jnp.all(mask), 0.0, jnp.inf)[None]])
     best = jnp.argmin(dist2[::-1])
     best = len(_SUBSETS) - 1 - best  # ties go to the larger subset (the full one is last)
     found = jnp.isfinite(dist2[best])
