@@ -130,45 +130,53 @@ def _closest_of(cands, fallback):
     return lam
 
 
-def _s2d(s1, s2, s3):
-    """Barycentric coordinates of the point of triangle s1 s2 s3 closest to the origin (S2D)."""
+_EDGES = np.array([[1, 2], [0, 2], [0, 1]])  # a triangle's edges (s2 s3), (s1 s3), (s1 s2) by the slots they keep
+_FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])  # a tetrahedron's faces, each without one point
+
+
+def _s2d_parts(s1, s2, s3):
+    """(S2D: barycentric coordinates of the point of triangle s1 s2 s3 closest to the origin, (3,);
+    S1D's coordinates on each edge, (3, 3) in the triangle's slots). The edges are one batched
+    S1D, not three traced copies (the subalgorithm is traced once per GJK and pair type)."""
     p, failed = _project_origin_plane(s1, s2, s3)
     m_max, axes = _minors(s1, s2, s3)
     c = _areas(p, s1, s2, s3, axes)
     comp = _same(m_max, c)
     inside = jnp.all(comp)
-    edges = []
-    for i, (u, v, slots) in enumerate(((s2, s3, (1, 2)), (s1, s3, (0, 2)), (s1, s2, (0, 1)))):
-        lam = jnp.zeros(3, s1.dtype).at[jnp.array(slots)].set(_s1d(u, v))
-        edges.append((~comp[i], lam, lam[slots[0]] * u + lam[slots[1]] * v))
-    closest = _closest_of(edges, jnp.zeros(3, s1.dtype))
+    u, v = jnp.stack([s2, s1, s1]), jnp.stack([s3, s3, s2])
+    on_edge = jax.vmap(_s1d)(u, v)  # (3, 2)
+    lam = jnp.zeros((3, 3), s1.dtype).at[np.arange(3)[:, None], _EDGES].set(on_edge)
+    x = on_edge[:, :1] * u + on_edge[:, 1:] * v
+    closest = _closest_of([(~comp[i], lam[i], x[i]) for i in range(3)], jnp.zeros(3, s1.dtype))
     closest = jnp.where(inside, c / jnp.where(inside, m_max, 1.0), closest)
-    return jnp.where(failed, edges[2][1], closest)  # no plane: the segment s1 s2
+    return jnp.where(failed, lam[2], closest), lam  # no plane: the segment s1 s2
 
 
-def _s3d(s):
-    """Barycentric coordinates of the point of tetrahedron s (4, 3) closest to the origin (S3D)."""
+def _s3d(s, on_face):
+    """Barycentric coordinates of the point of tetrahedron s (4, 3) closest to the origin (S3D),
+    given S2D's coordinates on each face (`_FACES`), (4, 3)."""
     s1, s2, s3, s4 = s
     c = jnp.stack([-_det3(s2, s3, s4), _det3(s1, s3, s4), -_det3(s1, s2, s4), _det3(s1, s2, s3)])
     m_det = c[0] + c[1] + c[2] + c[3]
     comp = _same(m_det, c)
     inside = jnp.all(comp)
-    faces = []
-    for i in range(4):
-        keep = [j for j in range(4) if j != i]
-        l2 = _s2d(*s[jnp.array(keep)])
-        lam = jnp.zeros(4, s.dtype).at[jnp.array(keep)].set(l2)
-        faces.append((~comp[i], lam, l2[0] * s[keep[0]] + l2[1] * s[keep[1]] + l2[2] * s[keep[2]]))
-    lam = _closest_of(faces, jnp.zeros(4, s.dtype))
+    lam = jnp.zeros((4, 4), s.dtype).at[np.arange(4)[:, None], _FACES].set(on_face)
+    corners = s[_FACES]  # (4, 3, 3)
+    x = on_face[:, :1] * corners[:, 0] + on_face[:, 1:2] * corners[:, 1] + on_face[:, 2:] * corners[:, 2]
+    lam = _closest_of([(~comp[i], lam[i], x[i]) for i in range(4)], jnp.zeros(4, s.dtype))
     return jnp.where(inside, c / jnp.where(inside, m_det, 1.0), lam)
 
 
 def _subdistance(w, n):
-    """Closest-point coordinates on the first n points of w (4, 3)."""
+    """Closest-point coordinates on the first n points of w (4, 3). The triangle w0 w1 w2 is the
+    tetrahedron's last face and the segment w0 w1 that face's last edge: each sub-simplex is
+    solved once, in one batched S2D over the four faces."""
+    corners = w[_FACES]
+    on_face, on_edge = jax.vmap(_s2d_parts)(corners[:, 0], corners[:, 1], corners[:, 2])
     one = jnp.zeros(4, w.dtype).at[0].set(1.0)
-    two = jnp.zeros(4, w.dtype).at[:2].set(_s1d(w[0], w[1]))
-    three = jnp.zeros(4, w.dtype).at[:3].set(_s2d(w[0], w[1], w[2]))
-    four = _s3d(w)
+    two = jnp.zeros(4, w.dtype).at[:3].set(on_edge[3, 2])
+    three = jnp.zeros(4, w.dtype).at[:3].set(on_face[3])
+    four = _s3d(w, on_face)
     return jnp.select([n == 4, n == 3, n == 2], [four, three, two], one)
 
 
