@@ -435,50 +435,62 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
     Unknowns x = (u, v, sigma_1, sigma_2) with n = normalize(n0 + u t1 + v t2). The last
     step is taken on the differentiable inputs (see the module docstring).
     """
-    r1, r2 = _radius(k1, g1.size), _radius(k2, g2.size)
-    g1s, g2s = jax.lax.stop_gradient((g1, g2))
+    g1s, g2s, scale = jax.lax.stop_gradient((g1, g2, scale))
+    r1, r2 = _radius(k1, g1s.size), _radius(k2, g2s.size)
 
-    def solve(n0, a0, b0, g1, g2):
+    def setup(n0, a0, b0):
+        """The pass's tangent frame at n0, the kinks the witnesses a0, b0 sit in, and the start x."""
         frame = make_frame(n0)
-        t1, t2 = frame[1], frame[2]
         sig1, act1, feat1 = _active_kinks(k1, g1s, a0, n0, r1, scale)
         sig2, act2, feat2 = _active_kinks(k2, g2s, b0, -n0, r2, scale)
-
-        def direction(x):
-            n = n0 + x[0] * t1 + x[1] * t2
-            return n / safe_norm(n)
-
-        def residual(x, g1, g2):
-            n = direction(x)
-            a = _witness(k1, g1, n, x[2:5], act1, feat1)
-            b = _witness(k2, g2, -n, x[5:8], act2, feat2)
-            gap = a - b
-            gap_t = gap - n * jnp.dot(n, gap)  # must vanish: b - a = d n
-            tangential = jnp.stack([jnp.dot(t1, gap_t), jnp.dot(t2, gap_t)]) / scale
-            kinks = (_kink_residual(k1, g1, n, x[2:5], act1, feat1), _kink_residual(k2, g2, -n, x[5:8], act2, feat2))
-            r = jnp.concatenate([tangential, *kinks])
-            return r, r
-
-        def step(x, g1, g2):
-            jac, r = jax.jacfwd(residual, has_aux=True)(x, g1, g2)  # one evaluation for both
-            jac = jax.lax.stop_gradient(jac)
-            # damped least squares: exact Newton where the solution is unique, minimal change
-            # (keeping EPA's witness) where it is not (parallel faces). The damping must stay
-            # above round-off of jac^T jac, or a float32 solve there is singular (NaN)
-            mu = max(1e-12, 10 * float(jnp.finfo(x.dtype).eps)) * (1.0 + jnp.trace(jac.T @ jac))
-            dx = linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
-            return x - dx
-
         x = jnp.zeros(8, n0.dtype).at[2:5].set(jnp.where(act1, sig1, 0.0)).at[5:8].set(jnp.where(act2, sig2, 0.0))
-        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - 1, lambda _, x: step(x, g1s, g2s), x)
-        x = step(jax.lax.stop_gradient(x), g1, g2)
-        n = direction(x)
+        return (n0, frame[1], frame[2], act1, feat1, act2, feat2), x
+
+    def direction(ctx, x):
+        n0, t1, t2 = ctx[:3]
+        n = n0 + x[0] * t1 + x[1] * t2
+        return n / safe_norm(n)
+
+    def contact(ctx, x, g1, g2):
+        """(n, a, b) at x."""
+        n = direction(ctx, x)
+        _, _, _, act1, feat1, act2, feat2 = ctx
         return n, _witness(k1, g1, n, x[2:5], act1, feat1), _witness(k2, g2, -n, x[5:8], act2, feat2)
 
-    # pass 1 settles the witnesses, pass 2 re-reads which kinks they sit in (EPA's witness
-    # can be off a feature boundary by its tolerance) and gives the derivative
-    n, a, b = jax.lax.stop_gradient(solve(n0, a0, b0, g1s, g2s))
-    return solve(n, a, b, g1, g2)
+    def residual(x, ctx, g1, g2):
+        n, a, b = contact(ctx, x, g1, g2)
+        _, t1, t2, act1, feat1, act2, feat2 = ctx
+        gap = a - b
+        gap_t = gap - n * jnp.dot(n, gap)  # must vanish: b - a = d n
+        tangential = jnp.stack([jnp.dot(t1, gap_t), jnp.dot(t2, gap_t)]) / scale
+        kinks = (_kink_residual(k1, g1, n, x[2:5], act1, feat1), _kink_residual(k2, g2, -n, x[5:8], act2, feat2))
+        r = jnp.concatenate([tangential, *kinks])
+        return r, r
+
+    def step(ctx, x, g1, g2):
+        jac, r = jax.jacfwd(residual, has_aux=True)(x, ctx, g1, g2)  # one evaluation for both
+        jac = jax.lax.stop_gradient(jac)
+        # damped least squares: exact Newton where the solution is unique, minimal change
+        # (keeping EPA's witness) where it is not (parallel faces). The damping must stay
+        # above round-off of jac^T jac, or a float32 solve there is singular (NaN)
+        mu = max(1e-12, 10 * float(jnp.finfo(x.dtype).eps)) * (1.0 + jnp.trace(jac.T @ jac))
+        dx = linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
+        return x - dx
+
+    def settle(p, carry):
+        """Pass p (0, 1) on stop-gradient inputs: NEWTON_ITERATIONS - p steps from its start.
+        Pass 0 settles the witnesses; pass 1 re-reads which kinks they sit in (EPA's witness can
+        be off a feature boundary by its tolerance) and leaves its last step to the differentiable
+        one below. One loop over both passes: their steps are traced (and compiled) once."""
+        start, _ = carry
+        ctx, x = setup(*start)
+        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - p, lambda _, x: step(ctx, x, g1s, g2s), x)
+        return tree_where(p == 0, contact(ctx, x, g1s, g2s), start), x
+
+    n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
+    start, x = jax.lax.fori_loop(0, 2, settle, ((n0, a0, b0), jnp.zeros(8, n0.dtype)))
+    ctx, _ = setup(*start)
+    return contact(ctx, step(ctx, x, g1, g2), g1, g2)
 
 
 # ------------------------------------------------------------------------- driver
