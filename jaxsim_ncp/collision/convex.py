@@ -548,6 +548,43 @@ def _mujoco_contact(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, margin, tole
     return ccd.penetration(support(True), support(False), g1.pos, g2.pos, rounded, discrete, margin, tol, iterations)
 
 
+def _search_start(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n_init, tol):
+    """Stages 1-2 (stop-gradient inputs): the polish's start (n0, a0, b0) from our GJK and EPA."""
+    # 1. GJK on the cores (sphere -> centre, capsule -> segment)
+    core = _pair_support(k1, g1, k2, g2, core=True)
+    sx, x, core_inside = _gjk(core, n_init, tol)
+    dist_core = safe_norm(x)
+    n_core = -x / jnp.maximum(dist_core, MINVAL)
+    # apart, the support gap along n_core is the distance; below it and negative (the shapes
+    # overlap along GJK's own direction), GJK stalled short of the origin (float32, touching:
+    # 4e-6 off, gap -0.73 m) and the pair goes to EPA like a touching one. (Far apart, float32
+    # round-off can also leave the gap below the distance, but positive: still apart.)
+    gap_core = -jnp.dot(n_core, core(n_core)[0])
+    stalled = (gap_core < dist_core - 10 * tol) & (gap_core < 0)
+    apart = ~core_inside & (dist_core > tol) & ~stalled  # inside: x is 0 up to round-off
+    r1, r2 = _radius(k1, g1.size), _radius(k2, g2.size)
+    a_core = sx.lam @ sx.a + r1 * n_core
+    b_core = sx.lam @ sx.b - r2 * n_core
+
+    # 2. GJK on the whole shapes when the cores touch, then EPA
+    rounded = k1 in (SPHERE, CAPSULE) or k2 in (SPHERE, CAPSULE)
+    full = _pair_support(k1, g1, k2, g2, core=False)
+    if rounded:
+        sx, x, inside = _gjk(full, n_init, tol)
+    else:
+        inside = jnp.all(sx.lam > 0)
+    on_triangle = ~inside & (jnp.sum(sx.lam > 0) >= 2) & ((safe_norm(x) <= tol) | (stalled & (not rounded)))
+    sx = tree_where(on_triangle, _complete_tetrahedron(full, sx), sx)
+    inside = inside | on_triangle
+    n_epa, _, a_epa, b_epa = _epa(full, sx, tol, ~apart & inside)
+    xnorm = safe_norm(x)
+    n_touch = jnp.where(xnorm > MINVAL, -x / jnp.maximum(xnorm, MINVAL), n_init)
+    n0 = jnp.where(apart, n_core, jnp.where(inside, n_epa, n_touch))
+    a0 = jnp.where(apart, a_core, jnp.where(inside, a_epa, sx.lam @ sx.a))
+    b0 = jnp.where(apart, b_core, jnp.where(inside, b_epa, sx.lam @ sx.b))
+    return n0, a0, b0
+
+
 def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
     """Narrow-phase function (base contract, one slot) for geom types k1 <= k2; prism: g1 is a
     height field's prism (a 6-vertex mesh)."""
@@ -555,7 +592,7 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
     def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd: tuple[float, int] | None = None) -> Collision:
         """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): in float64 the contact's value is then
         MuJoCo's (`ccd.py`: within ccd_tolerance of the exact one for curved shapes), its
-        derivative the exact contact's."""
+        derivative the exact contact's, polished from MuJoCo's (our GJK and EPA do not run)."""
         dtype = g1.pos.dtype
         eps = jnp.finfo(dtype).eps
         gs1, gs2 = jax.lax.stop_gradient((g1, g2))
@@ -564,39 +601,19 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         centre = gs2.pos - gs1.pos
         n_init = jnp.where(safe_norm(centre) > MINVAL, centre, jnp.array([1.0, 0.0, 0.0], dtype))
         n_init = n_init / safe_norm(n_init)
-
-        # 1. GJK on the cores (sphere -> centre, capsule -> segment)
-        core = _pair_support(k1, gs1, k2, gs2, core=True)
-        sx, x, core_inside = _gjk(core, n_init, tol)
-        dist_core = safe_norm(x)
-        n_core = -x / jnp.maximum(dist_core, MINVAL)
-        # apart, the support gap along n_core is the distance; below it and negative (the shapes
-        # overlap along GJK's own direction), GJK stalled short of the origin (float32, touching:
-        # 4e-6 off, gap -0.73 m) and the pair goes to EPA like a touching one. (Far apart, float32
-        # round-off can also leave the gap below the distance, but positive: still apart.)
-        gap_core = -jnp.dot(n_core, core(n_core)[0])
-        stalled = (gap_core < dist_core - 10 * tol) & (gap_core < 0)
-        apart = ~core_inside & (dist_core > tol) & ~stalled  # inside: x is 0 up to round-off
-        r1, r2 = _radius(k1, gs1.size), _radius(k2, gs2.size)
-        a_core = sx.lam @ sx.a + r1 * n_core
-        b_core = sx.lam @ sx.b - r2 * n_core
-
-        # 2. GJK on the whole shapes when the cores touch, then EPA
-        rounded = k1 in (SPHERE, CAPSULE) or k2 in (SPHERE, CAPSULE)
-        full = _pair_support(k1, gs1, k2, gs2, core=False)
-        if rounded:
-            sx, x, inside = _gjk(full, n_init, tol)
+        replay = ccd is not None and dtype == jnp.float64
+        if replay:
+            # MuJoCo's contact is the start: its witnesses are pos -+ dist n / 2 (b - a = dist n).
+            # Where it reports none, the contact is invalid and the polish only has to stay finite
+            mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd, prism)
+            finite = jnp.isfinite(mj.dist) & jnp.all(jnp.isfinite(mj.pos)) & jnp.all(jnp.isfinite(mj.normal))
+            use = mj.contact & finite
+            _, a_far, b_far = _pair_support(k1, gs1, k2, gs2, core=False)(n_init)
+            n0 = jnp.where(use, mj.normal, n_init)
+            a0 = jnp.where(use, mj.pos - 0.5 * mj.dist * mj.normal, a_far)
+            b0 = jnp.where(use, mj.pos + 0.5 * mj.dist * mj.normal, b_far)
         else:
-            inside = jnp.all(sx.lam > 0)
-        on_triangle = ~inside & (jnp.sum(sx.lam > 0) >= 2) & ((safe_norm(x) <= tol) | (stalled & (not rounded)))
-        sx = tree_where(on_triangle, _complete_tetrahedron(full, sx), sx)
-        inside = inside | on_triangle
-        n_epa, _, a_epa, b_epa = _epa(full, sx, tol, ~apart & inside)
-        xnorm = safe_norm(x)
-        n_touch = jnp.where(xnorm > MINVAL, -x / jnp.maximum(xnorm, MINVAL), n_init)
-        n0 = jnp.where(apart, n_core, jnp.where(inside, n_epa, n_touch))
-        a0 = jnp.where(apart, a_core, jnp.where(inside, a_epa, sx.lam @ sx.a))
-        b0 = jnp.where(apart, b_core, jnp.where(inside, b_epa, sx.lam @ sx.b))
+            n0, a0, b0 = _search_start(k1, gs1, k2, gs2, n_init, tol)
 
         # 3. Newton polish, differentiable. It converges to the stationary point nearest the
         # start; should that be worse than the start (a saddle of (1)), keep the start
@@ -610,13 +627,10 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         dist = jnp.where(worse, dist_start, dist)
         pos = 0.5 * jnp.where(worse, a_start + b_start, a + b)
         valid = dist < margin
-        if ccd is not None and dtype == jnp.float64:
-            mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd, prism)
-            finite = jnp.isfinite(mj.dist) & jnp.all(jnp.isfinite(mj.pos)) & jnp.all(jnp.isfinite(mj.normal))
-            use = mj.contact & finite
+        if replay:
             straight = lambda exact, value: jnp.where(use, exact + jax.lax.stop_gradient(value - exact), exact)  # noqa: E731
             dist, pos, n = straight(dist, mj.dist), straight(pos, mj.pos), straight(n, mj.normal)
-            valid = jnp.where(finite, mj.contact, valid)
+            valid = use
         return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=valid[None])
 
     fn.__name__ = f"convex_{k1}_{k2}"
