@@ -21,7 +21,7 @@ FREE = """
 <mujoco>
   <option timestep="0.01"/>
   <worldbody>
-    <body pos="0 0 1" euler="10 20 30"><freejoint/><geom type="box" size="0.1 0.05 0.08" mass="1"/></body>
+    <body pos="0 0 1" euler="10 20 30"><freejoint/><geom type="box" size="0.1 0.05 0.08" mass="1" contype="0" conaffinity="0"/></body>
     <body pos="1 0 1"><joint name="hinge" axis="0 1 0" damping="0.05"/><geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/></body>
   </worldbody>
   <actuator><general joint="hinge" dyntype="filter" dynprm="0.05" gainprm="2"/></actuator>

@@ -194,16 +194,26 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
     at the initial state; returned derived fields are those of the initial state.
     """
     h = model.opt.timestep
-    stages = [(data.qvel, data.qacc, data.act_dot)]  # (k: tangent velocity, qacc, act_dot)
-    for coeffs, c in zip(_RK4_A, _RK4_C):
-        dv, da, dact = (sum(a * s[k] for a, s in zip(coeffs, stages)) for k in range(3))
-        stage = data.replace(
+    dtype = data.qvel.dtype
+    # the three stages run in one loop, so forward() is traced (and compiled) once for them; stage i
+    # reads a_ij k_j over all four slots (a_ij = 0 for j > i: the same sums, bit for bit)
+    a = jnp.asarray([row + (0.0,) * (4 - len(row)) for row in _RK4_A], dtype)
+    c = jnp.asarray(_RK4_C, dtype)
+    first = (data.qvel, data.qacc, data.act_dot)  # (k: tangent velocity, qacc, act_dot)
+    slots = tuple(jnp.zeros((4,) + x.shape, x.dtype).at[0].set(x) for x in first)
+
+    def stage(i, slots):
+        dv, da, dact = (sum(a[i, j] * s[j] for j in range(4)) for s in slots)
+        new = data.replace(
             qpos=integrate_pos(model, data.qpos, dv, h),
             qvel=data.qvel + h * da,
             act=data.act + h * dact,
-            time=data.time + c * h,
+            time=data.time + c[i] * h,
         )
-        stage = forward_fn(model, stage)
-        stages.append((dexp_inv(model, h * dv, stage.qvel), stage.qacc, stage.act_dot))
-    dv, da, dact = (sum(b * s[k] for b, s in zip(_RK4_B, stages)) for k in range(3))
+        new = forward_fn(model, new)
+        k = (dexp_inv(model, h * dv, new.qvel), new.qacc, new.act_dot)
+        return tuple(s.at[i + 1].set(x) for s, x in zip(slots, k))
+
+    slots = jax.lax.fori_loop(0, 3, stage, slots)
+    dv, da, dact = (sum(b * s[j] for j, b in enumerate(_RK4_B)) for s in slots)
     return advance(model, data, dact, da, qvel=dv)
