@@ -121,11 +121,12 @@ def test_checkpointed_rollout_matches_plain_values_and_gradients():
             jsn.rollout(model, data, ctrl, checkpoint=bad)
 
     # checkpoint="sqrt": the gradient's memory (XLA's estimate for the compiled program) grows like
-    # sqrt(T) + the per-step outputs, not like T (measured: x1.5 from T = 16 to 256; x14 without)
+    # sqrt(T) + the per-step outputs, not like T (measured: x1.5 from T = 16 to 256; x14 without).
+    # T = 23 is the program compiled above (loaded from the compilation cache, not compiled again)
     def peak(horizon):
         memory = value_and_grad.lower(jnp.zeros((horizon, 1)), "sqrt").compile().memory_analysis()
         return memory.temp_size_in_bytes + memory.output_size_in_bytes
-    assert peak(256) < 4 * peak(16)
+    assert peak(256) < 4 * peak(23)
 
 
 def test_vmap_batch_equals_individual_worlds_and_nan_world_is_isolated():

@@ -354,11 +354,21 @@ def _mesh_feature(g: GeomFrame, witness: Float[Array, "3"], d: Float[Array, "3"]
     face = edge & (perp[i2] > tol)
     e2 = rel[i2]
     p = g.mat.T @ (witness - g.pos) - vert[i0]
-    gram = jnp.array([[e1 @ e1, e1 @ e2], [e1 @ e2, e2 @ e2]])
-    coef = linalg.solve(jnp.where(face, gram, jnp.eye(2, dtype=h.dtype)), jnp.array([e1 @ p, e2 @ p]))
+    # the face's coordinates: the 2x2 Gram system by Cramer's rule (its determinant |e1|^2 |e2 perp|^2 > 0)
+    g11, g12, g22 = e1 @ e1, e1 @ e2, e2 @ e2
+    det = jnp.where(face, g11 * g22 - g12**2, 1.0)
+    coef = jnp.array([g22 * (e1 @ p) - g12 * (e2 @ p), g11 * (e2 @ p) - g12 * (e1 @ p)]) / det
     s1 = jnp.where(face, coef[0], jnp.where(edge, (e1 @ p) / jnp.where(edge, e1 @ e1, 1.0), 0.0))
     s2 = jnp.where(face, coef[1], 0.0)
     return jnp.array([s1, s2, 0.0]), jnp.array([edge, face, False]), jnp.stack([i0, i1, i2])
+
+
+def _solve3(mat: Float[Array, "3 3"], v: Float[Array, "3"]) -> Float[Array, "3"]:
+    """mat^-1 v by Cramer's rule: mat is a geom's rotation (or, in finite differences, a perturbed
+    one, so not its transpose); an LU solve's loops cost seconds of compile in every convex pair."""
+    c0, c1, c2 = mat[:, 0], mat[:, 1], mat[:, 2]
+    det = jnp.dot(c0, jnp.cross(c1, c2))
+    return jnp.stack([jnp.dot(v, jnp.cross(c1, c2)), jnp.dot(c0, jnp.cross(v, c2)), jnp.dot(c0, jnp.cross(c1, v))]) / det
 
 
 def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], d: Float[Array, "3"], radius, scale):
@@ -368,7 +378,7 @@ def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], d: Float[
     none = jnp.zeros(3, jnp.int32)
     if kind == MESH:
         return _mesh_feature(g, witness, d, scale)
-    local = linalg.solve(g.mat, witness - g.pos - radius * d)  # inverse of the support's map
+    local = _solve3(g.mat, witness - g.pos - radius * d)  # inverse of the support's map
     inside = 1.0 - KINK_TOLERANCE
     if kind == CAPSULE:
         sigma = jnp.array([0.0, 0.0, local[2] / s[1]])
