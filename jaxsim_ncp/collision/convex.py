@@ -31,7 +31,9 @@ Three stages:
 
        t_i . (a(n, sigma) - b(n, sigma)) = 0   (i = 1, 2),    n . axis_k = 0  (active kinks).
 
-Stages 1-2 are discrete searches run in bounded `while_loop`s on stop-gradient inputs.
+Stages 1-2 are discrete searches run in bounded `while_loop`s on stop-gradient inputs. In
+float64 models (MuJoCo's GJK/EPA replayed by `ccd.py` for the contact's value) MuJoCo's contact
+is the polish's start instead, its witnesses pos -+ d n / 2, and stages 1-2 do not run.
 Stage 3 ends with one differentiable Newton step from the converged point: at a root,
 its derivative is the implicit-function derivative of (n, d, pos). The gradients are
 therefore exact where the contact is unique. Where it is not (two parallel flat faces,
