@@ -175,7 +175,7 @@ def _tetrahedron_coordinates(w: Float[Array, "4 3"]):
     GJK then stalled 2e-4 m short of a 2.5e-4 m contact and EPA, started from a polytope
     without the origin, returned one 0.16 m deep (fuzz, cylinder on box)."""
     e = w[1:] - w[0]
-    det = lambda a, b, c: jnp.dot(a, jnp.cross(b, c))  # noqa: E731
+    det = ccd._det3
     volume = det(e[0], e[1], e[2])
     ok = jnp.abs(volume) > jnp.finfo(w.dtype).tiny
     safe = jnp.where(ok, volume, 1.0)
@@ -369,8 +369,8 @@ def _solve3(mat: Float[Array, "3 3"], v: Float[Array, "3"]) -> Float[Array, "3"]
     """mat^-1 v by Cramer's rule: mat is a geom's rotation (or, in finite differences, a perturbed
     one, so not its transpose); an LU solve's loops cost seconds of compile in every convex pair."""
     c0, c1, c2 = mat[:, 0], mat[:, 1], mat[:, 2]
-    det = jnp.dot(c0, jnp.cross(c1, c2))
-    return jnp.stack([jnp.dot(v, jnp.cross(c1, c2)), jnp.dot(c0, jnp.cross(v, c2)), jnp.dot(c0, jnp.cross(c1, v))]) / det
+    det = ccd._det3
+    return jnp.stack([det(v, c1, c2), det(c0, v, c2), det(c0, c1, v)]) / det(c0, c1, c2)
 
 
 def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], d: Float[Array, "3"], radius, scale):
