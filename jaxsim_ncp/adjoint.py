@@ -64,11 +64,13 @@ def _values(tree):
 
 
 def _times_exp(g, log_scale):
-    """g * exp(log_scale) as g * exp(r) * 2^n (exp(log_scale) itself may not fit where the product
-    does), zero where g is zero (inf * 0 would be NaN)."""
-    n = jnp.floor(log_scale / np.log(2.0))
-    scaled = jnp.ldexp(g * jnp.exp(log_scale - n * np.log(2.0)).astype(g.dtype), n.astype(jnp.int32))
-    return jnp.where(g == 0, jnp.zeros_like(g), scaled)
+    """g * exp(log_scale) as ((g f) f) f with f = exp(log_scale / 3), zero where g is zero (inf * 0
+    would be NaN). exp(log_scale) itself may not fit where the product does; f does wherever the
+    product is finite and g is a normal number (|log_scale| / 3 stays below log(dtype max) while
+    log_scale < log(max) - log(tiny)), and the partial products move monotonically towards the
+    result. At log_scale = 0, f = 1 exactly: nothing changes."""
+    f = jnp.exp(log_scale / 3.0).astype(g.dtype)
+    return jnp.where(g == 0, jnp.zeros_like(g), g * f * f * f)
 
 
 @jax.custom_vjp
