@@ -761,8 +761,10 @@ class Data(eqx.Module):
         return dataclasses.replace(self, **changes)
 
 
+@jax.jit
 def make_data(model: Model) -> Data:
-    """Data at qpos0 with zero velocity, activation and controls."""
+    """Data at qpos0 with zero velocity, activation and controls (one compiled program per model
+    structure: called eagerly, its ~40 array constructors would otherwise each compile one)."""
     dt = model.dtype
     z = lambda *shape: jnp.zeros(shape, dtype=dt)  # noqa: E731
     nb, nj, ng = model.nbody, model.njnt, model.ngeom
