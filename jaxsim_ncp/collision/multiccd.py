@@ -304,8 +304,9 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
     def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd=None) -> Collision:
         base = single(g1, g2, margin, ccd)
         # a 1 that XLA cannot constant-fold (see _mul): it depends on the (traced) geom poses,
-        # also when the model, and so the margin, is a compile-time constant
-        one = (g1.pos[0] + g2.pos[0]) * 0.0 + 1.0
+        # also when the model, and so the margin, is a compile-time constant; without a derivative
+        # (its true one, zero, would otherwise be carried through every product's JVP and transpose)
+        one = jax.lax.stop_gradient((g1.pos[0] + g2.pos[0]) * 0.0 + 1.0)
         n, dist = base.frame[0, 0], base.dist[0]
         direction = jax.lax.stop_gradient(dist * n)  # x2 - x1
         tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction, one))
