@@ -357,7 +357,10 @@ def _ncp_solve(model: Model, data: Data) -> Data:
         rounds = np.arange(opt.ncp_passes + 1)
         flags = (jnp.asarray(rounds == 0), jnp.asarray(rounds == opt.ncp_passes))
         (best, _, _, _), _ = jax.lax.scan(one_pass, (empty, jnp.asarray(jnp.inf, h.dtype), empty, no_rows), flags)
-        kept, qvel_lin, kept_mode = best
+        # the model's parameters (and the lookahead, from qvel) reach the passes too: cut here, so that
+        # the kept pass's linearization point is held fixed for them as for the state (reverse mode
+        # had transposed every pass through every collision and solve)
+        kept, qvel_lin, kept_mode = jax.lax.stop_gradient(best)
         G = None
         if not nonlinear:
             contact, rows = rows_at(qvel_lin)
