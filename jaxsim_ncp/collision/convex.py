@@ -479,9 +479,10 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         r = jnp.concatenate([tangential, *kinks])
         return r, r
 
-    def step(ctx, x, g1, g2):
-        jac, r = jax.jacfwd(residual, has_aux=True)(x, ctx, g1, g2)  # one evaluation for both
-        jac = jax.lax.stop_gradient(jac)
+    def step(ctx, x, g1, g2, differentiable=False):
+        jac, r = jax.jacfwd(residual, has_aux=True)(x, ctx, g1s, g2s)  # one evaluation for both
+        if differentiable:  # the residual again, on the differentiable inputs (the Jacobian is held
+            r = residual(x, ctx, g1, g2)[0]  # fixed: differentiating its jacfwd traced second derivatives)
         # damped least squares: exact Newton where the solution is unique, minimal change
         # (keeping EPA's witness) where it is not (parallel faces). The damping must stay
         # above round-off of jac^T jac, or a float32 solve there is singular (NaN)
@@ -502,7 +503,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
     n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
     start, x = jax.lax.fori_loop(0, 2, settle, ((n0, a0, b0), jnp.zeros(8, n0.dtype)))
     ctx, _ = setup(*start)
-    return contact(ctx, step(ctx, x, g1, g2), g1, g2)
+    return contact(ctx, step(ctx, x, g1, g2, differentiable=True), g1, g2)
 
 
 # ------------------------------------------------------------------------- driver
