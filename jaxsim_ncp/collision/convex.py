@@ -33,7 +33,9 @@ Three stages:
 
 Stages 1-2 are discrete searches run in bounded `while_loop`s on stop-gradient inputs. In
 float64 models (MuJoCo's GJK/EPA replayed by `ccd.py` for the contact's value) MuJoCo's contact
-is the polish's start instead, its witnesses pos -+ d n / 2, and stages 1-2 do not run.
+is the polish's start instead, its witnesses pos -+ d n / 2, and stages 1-2 do not run; the value
+is then MuJoCo's and the polish runs only in the contact's custom JVP, for the derivative
+(programs that differentiate nothing, plain rollouts, neither compile nor run it).
 Stage 3 ends with one differentiable Newton step from the converged point: at a root,
 its derivative is the implicit-function derivative of (n, d, pos). The gradients are
 therefore exact where the contact is unique. Where it is not (two parallel flat faces,
@@ -602,35 +604,35 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
     """Narrow-phase function (base contract, one slot) for geom types k1 <= k2; prism: g1 is a
     height field's prism (a 6-vertex mesh)."""
 
-    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd: tuple[float, int] | None = None) -> Collision:
-        """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): in float64 the contact's value is then
-        MuJoCo's (`ccd.py`: within ccd_tolerance of the exact one for curved shapes), its
-        derivative the exact contact's, polished from MuJoCo's (our GJK and EPA do not run)."""
+    def search(g1: GeomFrame, g2: GeomFrame, margin, ccd):
+        """Stop-gradient stages: (scale, tol, the polish's start (n0, a0, b0), MuJoCo's contact or None,
+        where it holds)."""
         dtype = g1.pos.dtype
-        eps = jnp.finfo(dtype).eps
         gs1, gs2 = jax.lax.stop_gradient((g1, g2))
-        scale = jax.lax.stop_gradient(_bound(k1, g1.size, g1.mesh) + _bound(k2, g2.size, g2.mesh))
-        tol = scale * jnp.sqrt(eps) * 1e-2  # GJK / EPA stopping tolerance (length)
+        scale = _bound(k1, gs1.size, gs1.mesh) + _bound(k2, gs2.size, gs2.mesh)
+        tol = scale * jnp.sqrt(jnp.finfo(dtype).eps) * 1e-2  # GJK / EPA stopping tolerance (length)
         centre = gs2.pos - gs1.pos
         n_init = jnp.where(safe_norm(centre) > MINVAL, centre, jnp.array([1.0, 0.0, 0.0], dtype))
         n_init = n_init / safe_norm(n_init)
-        replay = ccd is not None and dtype == jnp.float64
-        if replay:
-            # MuJoCo's contact is the start: its witnesses are pos -+ dist n / 2 (b - a = dist n).
-            # Where it reports none, the contact is invalid and the polish only has to stay finite
-            mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd, prism)
-            finite = jnp.isfinite(mj.dist) & jnp.all(jnp.isfinite(mj.pos)) & jnp.all(jnp.isfinite(mj.normal))
-            use = mj.contact & finite
-            _, a_far, b_far = _pair_support(k1, gs1, k2, gs2, core=False)(n_init)
-            n0 = jnp.where(use, mj.normal, n_init)
-            a0 = jnp.where(use, mj.pos - 0.5 * mj.dist * mj.normal, a_far)
-            b0 = jnp.where(use, mj.pos + 0.5 * mj.dist * mj.normal, b_far)
-        else:
-            n0, a0, b0 = _search_start(k1, gs1, k2, gs2, n_init, tol)
+        if ccd is None:
+            return scale, tol, _search_start(k1, gs1, k2, gs2, n_init, tol), None, None
+        # MuJoCo's contact is the start: its witnesses are pos -+ dist n / 2 (b - a = dist n).
+        # Where it reports none, the contact is invalid and the polish only has to stay finite
+        mj = _mujoco_contact(k1, gs1, k2, gs2, jax.lax.stop_gradient(margin), *ccd, prism)
+        finite = jnp.isfinite(mj.dist) & jnp.all(jnp.isfinite(mj.pos)) & jnp.all(jnp.isfinite(mj.normal))
+        use = mj.contact & finite
+        _, a_far, b_far = _pair_support(k1, gs1, k2, gs2, core=False)(n_init)
+        n0 = jnp.where(use, mj.normal, n_init)
+        a0 = jnp.where(use, mj.pos - 0.5 * mj.dist * mj.normal, a_far)
+        b0 = jnp.where(use, mj.pos + 0.5 * mj.dist * mj.normal, b_far)
+        return scale, tol, (n0, a0, b0), mj, use
 
-        # 3. Newton polish, differentiable. It converges to the stationary point nearest the
-        # start; should that be worse than the start (a saddle of (1)), keep the start
-        # (then only dist is differentiable: by the envelope theorem at fixed n0)
+    def polished(g1: GeomFrame, g2: GeomFrame, margin, found) -> Collision:
+        """Stage 3 from the start, differentiable. The polish converges to the stationary point
+        nearest the start; should that be worse than the start (a saddle of (1)), the start is kept
+        (then only dist is differentiable: by the envelope theorem at fixed n0). With MuJoCo's
+        contact, its value with the exact contact's derivative."""
+        scale, tol, (n0, a0, b0), mj, use = found
         n, a, b = _polish(k1, g1, k2, g2, n0, a0, b0, scale)
         dist = jnp.dot(n, b - a)
         _, a_start, b_start = _pair_support(k1, g1, k2, g2, core=False)(n0)
@@ -640,11 +642,43 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         dist = jnp.where(worse, dist_start, dist)
         pos = 0.5 * jnp.where(worse, a_start + b_start, a + b)
         valid = dist < margin
-        if replay:
+        if mj is not None:
             straight = lambda exact, value: jnp.where(use, exact + jax.lax.stop_gradient(value - exact), exact)  # noqa: E731
             dist, pos, n = straight(dist, mj.dist), straight(pos, mj.pos), straight(n, mj.normal)
             valid = use
         return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=valid[None])
+
+    def replayed(ccd):
+        """MuJoCo's contact as the value (`ccd.py`); the polish runs only where a derivative is taken
+        (a custom JVP: forward-only programs, such as plain rollouts, neither trace nor run it)."""
+
+        def value(found) -> Collision:
+            _, _, (n0, a0, b0), mj, use = found  # no contact: the start, finite, never read (invalid)
+            dist = jnp.where(use, mj.dist, jnp.dot(n0, b0 - a0))
+            pos = jnp.where(use, mj.pos, 0.5 * (a0 + b0))
+            return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n0)[None], valid=use[None])
+
+        @jax.custom_jvp
+        def contact(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
+            return value(search(g1, g2, margin, ccd))
+
+        @contact.defjvp
+        def contact_jvp(primals, tangents):
+            g1, g2, margin = primals
+            found = search(g1, g2, margin, ccd)
+            exact = lambda g1, g2: polished(g1, g2, margin, found)  # noqa: E731
+            _, tangent = jax.jvp(exact, (g1, g2), tangents[:2])
+            return value(found), tangent
+
+        return contact
+
+    def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd: tuple[float, int] | None = None) -> Collision:
+        """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): in float64 the contact's value is then
+        MuJoCo's (`ccd.py`: within ccd_tolerance of the exact one for curved shapes), its
+        derivative the exact contact's, polished from MuJoCo's (our GJK and EPA do not run)."""
+        if ccd is not None and g1.pos.dtype == jnp.float64:
+            return replayed(ccd)(g1, g2, margin)
+        return polished(g1, g2, margin, search(g1, g2, margin, None))
 
     fn.__name__ = f"convex_{k1}_{k2}"
     return fn
