@@ -113,11 +113,17 @@ def reference_distance(r: Array, softness: float) -> Array:
     return -softness * jax.nn.softplus(-jnp.minimum(r / softness, _FAR))
 
 
+@jax.custom_jvp
 def straight_through(value: Array, surrogate: Array) -> Array:
     """sg(value) + (surrogate - sg(surrogate)) (eq. S8): `value` bit for bit, `surrogate`'s derivative.
 
-    Where the surrogate is not finite it contributes neither value nor gradient.
+    Where the surrogate is not finite it contributes no gradient. A custom JVP, so that a program
+    that differentiates nothing (a plain rollout) does not compute the surrogate at all (XLA drops it).
     """
-    ok = jnp.isfinite(surrogate)
-    safe = jnp.where(ok, surrogate, 0.0)
-    return jax.lax.stop_gradient(value) + jnp.where(ok, safe - jax.lax.stop_gradient(safe), 0.0)
+    return value
+
+
+@straight_through.defjvp
+def _straight_through_jvp(primals, tangents):
+    value, surrogate = primals
+    return value, jnp.where(jnp.isfinite(surrogate), tangents[1], jnp.zeros_like(tangents[1]))
