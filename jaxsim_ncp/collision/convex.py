@@ -481,10 +481,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         r = jnp.concatenate([tangential, *kinks])
         return r, r
 
-    def step(ctx, x, g1, g2, differentiable=False):
+    def step(ctx, x, differentiable=None):
+        """One damped Newton step; differentiable: the geoms (g1, g2) whose derivative the step carries
+        (through the residual only: the Jacobian is held fixed, as differentiating its jacfwd would
+        trace second derivatives)."""
         jac, r = jax.jacfwd(residual, has_aux=True)(x, ctx, g1s, g2s)  # one evaluation for both
-        if differentiable:  # the residual again, on the differentiable inputs (the Jacobian is held
-            r = residual(x, ctx, g1, g2)[0]  # fixed: differentiating its jacfwd traced second derivatives)
+        if differentiable is not None:
+            r = residual(x, ctx, *differentiable)[0]
         # damped least squares: exact Newton where the solution is unique, minimal change
         # (keeping EPA's witness) where it is not (parallel faces). The damping must stay
         # above round-off of jac^T jac, or a float32 solve there is singular (NaN)
@@ -499,13 +502,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         one below. One loop over both passes: their steps are traced (and compiled) once."""
         start, _ = carry
         ctx, x = setup(*start)
-        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - p, lambda _, x: step(ctx, x, g1s, g2s), x)
+        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - p, lambda _, x: step(ctx, x), x)
         return tree_where(p == 0, contact(ctx, x, g1s, g2s), start), x
 
     n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
     start, x = jax.lax.fori_loop(0, 2, settle, ((n0, a0, b0), jnp.zeros(8, n0.dtype)))
     ctx, _ = setup(*start)
-    return contact(ctx, step(ctx, x, g1, g2, differentiable=True), g1, g2)
+    return contact(ctx, step(ctx, x, (g1, g2)), g1, g2)
 
 
 # ------------------------------------------------------------------------- driver
