@@ -160,11 +160,11 @@ def _rollout(model, data, name):
     return (_ROLLOUT_OPTIMIZED if name in CONVEX_SCENES else _ROLLOUT)(model, data)
 
 
-def _check_forward(m, d, via_rollout=None):
+def _check_forward(m, d, rollout_scene=None):
     mujoco.mj_forward(m, d)
     model = jsn.from_mujoco(m)
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
-    out = jax.tree.map(lambda x: x[0], _rollout(model, data, via_rollout)[1]) if via_rollout else jsn.forward(model, data)
+    out = jax.tree.map(lambda x: x[0], _rollout(model, data, rollout_scene)[1]) if rollout_scene else jsn.forward(model, data)
     scale = max(1.0, np.max(np.abs(d.qacc)))
     np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, atol=1e-6 * scale, rtol=0)
     assert int(np.sum(np.asarray(out.contact.mask))) == d.ncon
@@ -196,13 +196,13 @@ def test_forward_matches_mujoco(name, cone):
     xml, qvel = SCENES.get(name, ("humanoid", None))
     m = _mj_model(xml, cone)
     d = _initial_state(m, qvel, humanoid=name == "humanoid")
-    via_rollout = name if (name, cone) in TRAJECTORIES and name not in TRUNCATED else None
-    _check_forward(m, d, via_rollout)
+    rollout_scene = name if (name, cone) in TRAJECTORIES and name not in TRUNCATED else None
+    _check_forward(m, d, rollout_scene)
     if name != "welded_pair":
         assert d.ncon + d.nl > 0, "scene should start in contact or at a limit"
     for _ in range(3):  # also a state MuJoCo itself produced
         mujoco.mj_step(m, d)
-    _check_forward(m, d, via_rollout)
+    _check_forward(m, d, rollout_scene)
 
 
 TRAJECTORIES = [(name, "elliptic" if i % 2 else "pyramidal") for i, name in enumerate([*SCENES, "humanoid"])]
