@@ -151,8 +151,12 @@ STEPS = 100
 # separately. The scenes of MuJoCo's GJK/EPA (replayed: hundreds of loop iterations per contact
 # and step) run STEPS steps 6x faster compiled with optimizations (ellipsoids: 28 s compile + 5 s
 # run, not 15 + 29); the others compile in half the time without and run in 0.1 s either way
-_ROLLOUT = jax.jit(lambda model, data: jsn.rollout(model, data, jnp.zeros((STEPS, model.nu))))
-_ROLLOUT_OPTIMIZED = jax.jit(_ROLLOUT.__wrapped__, compiler_options=OPTIMIZED)
+def _unactuated_rollout(model, data):
+    return jsn.rollout(model, data, jnp.zeros((STEPS, model.nu)))
+
+
+_ROLLOUT = jax.jit(_unactuated_rollout)
+_ROLLOUT_OPTIMIZED = jax.jit(_unactuated_rollout, compiler_options=OPTIMIZED)
 CONVEX_SCENES = ("ellipsoids", "cylinders")
 
 
