@@ -14,6 +14,7 @@ if ("MUJOCO_GL" not in _os.environ and _sys.platform.startswith("linux") and not
 from .cfd import CFD
 from .forward import forward, rollout, step
 from .io import MJCFError, check_model, from_mujoco, load_mjcf
+from .parallel import batched, world_mesh
 from .types import Data, Model, Option, UnsupportedFeatureError, WarningKind, make_data
 from .validate import ModelError
 
@@ -26,6 +27,7 @@ __all__ = [
     "Option",
     "UnsupportedFeatureError",
     "WarningKind",
+    "batched",
     "check_model",
     "forward",
     "from_mujoco",
@@ -33,4 +35,5 @@ __all__ = [
     "make_data",
     "rollout",
     "step",
+    "world_mesh",
 ]

@@ -1,0 +1,88 @@
+"""Batches of worlds split over devices: each device simulates its share, vmapped, and the devices never
+wait for each other.
+
+`batched(fn)` is `jax.jit(jax.vmap(fn))` with the batch axis split over a device mesh by
+`jax.shard_map`: device k runs worlds [k B/n, (k+1) B/n) as `vmap(fn)`, the computation that slice
+runs on one device (with the Newton solver bit for bit; the NCP's programs differ from it in the last
+bit), and a world's solver loops stop when *its device's* worlds converge. (Handing `jax.jit(jax.vmap(fn))` sharded inputs also works, but XLA then
+partitions the whole program: every `while_loop` trip of the solvers reduces its predicate over all
+devices.)
+
+    mesh = jax.make_mesh((jax.device_count(),), ("worlds",))      # all devices (every host's)
+    run = jsn.batched(lambda v, u: jsn.rollout(model, data.replace(qvel=v), u), mesh)
+    final, traj = run(qvel0, ctrl)                                 # (B, nv), (B, T, nu): B worlds
+
+Arguments with `in_axes` None (a shared model, a parameter being fitted) are copied to every device;
+gradients with respect to them are summed over all worlds, as with `vmap`. A batch that is not a
+multiple of the device count is padded with copies of its last world, and the copies are dropped
+from the results (which then come back whole on every device, not split). `donate_argnums` (as `jax.jit`'s) lets the results reuse the arguments' memory:
+a simulation carried from call to call (`data = run(data, ctrl)[0]`) then needs one copy of its
+state, not two.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+def world_mesh(devices: Sequence[jax.Device] | None = None, axis: str = "worlds") -> Mesh:
+    """A one-axis mesh over `devices` (default: every device of every process)."""
+    return Mesh(np.array(jax.devices() if devices is None else list(devices)), (axis,))
+
+
+def batched(
+    fn: Callable[..., Any],
+    mesh: Mesh | None = None,
+    axis: str = "worlds",
+    in_axes: int | None | Sequence[int | None] = 0,
+    donate_argnums: int | Sequence[int] = (),
+) -> Callable[..., Any]:
+    """`jax.jit(jax.vmap(fn, in_axes))` with the worlds (axis 0 of every batched argument and of every
+    result) split over `mesh`'s `axis` (default `world_mesh()`).
+
+    in_axes: 0 (batched along axis 0) or None (shared by all worlds), one for all arguments or one per
+    positional argument. Build it once and call it many times: each call of `batched` is a new jit.
+    """
+    mesh = world_mesh(axis=axis) if mesh is None else mesh
+    if axis not in mesh.axis_names:
+        raise ValueError(f"mesh has no axis {axis!r} (its axes: {mesh.axis_names})")
+    n_devices = mesh.shape[axis]
+    explicit = mesh.axis_types[mesh.axis_names.index(axis)] == jax.sharding.AxisType.Explicit
+
+    def place(x, spec: PartitionSpec):
+        sharding = NamedSharding(mesh, spec)
+        return jax.reshard(x, sharding) if explicit else jax.lax.with_sharding_constraint(x, sharding)
+
+    def run(*args):
+        axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+        if len(axes) != len(args) or any(a not in (0, None) for a in axes):
+            raise ValueError(f"in_axes must be 0 or None, one for all or one per argument ({len(args)}), got {in_axes!r}")
+        sizes = {x.shape[0] for a, arg in zip(axes, args) if a == 0 for x in jax.tree.leaves(arg)}
+        if len(sizes) != 1:
+            raise ValueError(f"the batched arguments need one leading size (the number of worlds), got {sorted(sizes)}")
+        (size,) = sizes
+        pad = -size % n_devices
+        if pad:  # the last world again, so that every device has as many (all valid)
+            grow = lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)])  # noqa: E731
+            args = tuple(jax.tree.map(grow, arg) if a == 0 else arg for a, arg in zip(axes, args))
+        specs = tuple(PartitionSpec(axis) if a == 0 else PartitionSpec() for a in axes)
+        # put each argument where its device's share is (a mesh of explicit axes, jax.make_mesh's
+        # default, asks for this; with automatic axes it only pins the layout)
+        args = tuple(jax.tree.map(lambda x, s=s: place(x, s), arg) for s, arg in zip(specs, args))
+        # check_vma=False: the solvers' loops start from constants that each device then changes
+        # (JAX's check would ask for a cast in every such carry); the forward pass reduces nothing
+        # over devices (reverse mode sums a shared argument's cotangent over them)
+        per_device = jax.shard_map(jax.vmap(fn, in_axes=axes), mesh=mesh, in_specs=specs,
+                                   out_specs=PartitionSpec(axis), check_vma=False)  # fmt: skip
+        out = per_device(*args)
+        if not pad:
+            return out
+        # B worlds: gathered first (a mesh of explicit axes cannot split B unevenly)
+        return jax.tree.map(lambda x: place(x, PartitionSpec())[:size], out)
+
+    return jax.jit(run, donate_argnums=donate_argnums)

@@ -1,0 +1,85 @@
+"""Batches of worlds split over devices (`jsn.batched`), on 4 CPU devices
+(`--xla_force_host_platform_device_count=4`, in a child process: the suite's own process has one).
+
+Checked (Newton solver): a batch that does not divide over the devices; each device's worlds are
+bit-identical to the same slice run on one device, and to the same call again; a bad world is flagged without touching the others; gradients with
+respect to batched inputs and to a parameter all worlds share match central finite differences; a
+donated state's buffers are reused."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+CHILD = textwrap.dedent(
+    """
+    import equinox as eqx, jax, jax.numpy as jnp, numpy as np
+    jax.config.update("jax_enable_x64", True)
+    import jaxsim_ncp as jsn
+
+    assert jax.device_count() == 4, jax.devices()
+    model = jsn.load_mjcf('''<mujoco><option timestep="0.01"/><worldbody><geom type="plane" size="2 2 .1"/>
+      <body pos="0 0 .12"><freejoint/><geom type="sphere" size=".1" mass="1"/></body>
+      <body pos=".4 0 .3"><freejoint/><geom type="box" size=".08 .08 .08" mass=".5"/></body></worldbody></mujoco>''')
+    data = jsn.make_data(model)
+    T, rng = 8, np.random.default_rng(0)
+
+    def run(friction, qvel):
+        m = eqx.tree_at(lambda m: m.geom_friction, model, model.geom_friction.at[:, 0].set(friction))
+        final, traj = jsn.rollout(m, data.replace(qvel=qvel), jnp.zeros((T, 0)))
+        return final.qpos, traj.qvel, final.diverged, final.warning
+
+    qvel = jnp.asarray(rng.normal(size=(6, model.nv)))
+    clean_world_3 = qvel[3]
+    qvel = qvel.at[3, 0].set(jnp.nan)  # a bad world, flagged and frozen without touching the others
+    friction = jnp.asarray(0.7)
+    mesh = jax.make_mesh((4,), ("worlds",))  # explicit axes (JAX's default); `advance` below: jsn.world_mesh()
+    on_devices = jsn.batched(run, mesh, in_axes=(None, 0))
+    qpos, traj_qvel, diverged, warning = out = on_devices(friction, qvel)
+    assert qpos.shape == (6, model.nq) and list(np.asarray(diverged)) == [False, False, False, True, False, False]
+    assert np.all(np.isfinite(np.asarray(qpos))) and np.all(np.asarray(warning)[[0, 1, 2, 4, 5]] == 0)
+    # 6 worlds over 4 devices (padded to 8): each device's worlds are bit-identical to its slice
+    # run on one device, the bad world's neighbour to a run next to a clean world
+    one_device = jax.jit(jax.vmap(run, in_axes=(None, 0)))
+    for k in range(3):
+        for a, b in zip(out, one_device(friction, qvel[2 * k : 2 * k + 2])):
+            np.testing.assert_array_equal(a[2 * k : 2 * k + 2], b)
+    for a, b in zip(out, on_devices(friction, qvel)):  # and again: the same bits
+        np.testing.assert_array_equal(a, b)
+    clean = one_device(friction, qvel[2:4].at[1].set(clean_world_3))
+    for a, b in zip(out, clean):
+        np.testing.assert_array_equal(a[2], b[0])
+    assert not clean[2][1]
+
+    # gradients: per-world velocities (batched) and the shared friction (summed over the worlds)
+    def loss(friction, qvel):
+        qpos, traj_qvel, _, _ = on_devices(friction, qvel)
+        return jnp.sum(qpos[:, :3] ** 2) + jnp.sum(traj_qvel[:, :, :3] ** 2)
+
+    qvel = qvel.at[3].set(clean_world_3)
+    g_friction, g_qvel = jax.jit(jax.grad(loss, argnums=(0, 1)))(friction, qvel)
+    assert g_friction.shape == () and g_qvel.shape == qvel.shape
+    direction = jnp.asarray(rng.normal(size=qvel.shape))
+    fd = [float(loss(friction + e, qvel + e * direction)) for e in (1e-6, -1e-6)]
+    np.testing.assert_allclose((fd[0] - fd[1]) / 2e-6, g_friction + jnp.sum(g_qvel * direction), rtol=1e-6)
+    fd = [float(loss(friction + e, qvel)) for e in (1e-6, -1e-6)]  # the shared parameter alone
+    np.testing.assert_allclose((fd[0] - fd[1]) / 2e-6, g_friction, rtol=1e-6)
+
+    # a simulation carried from call to call: a donated state's buffers are reused
+    advance = jsn.batched(lambda d: jsn.rollout(model, d, jnp.zeros((T, 0)))[0], donate_argnums=0)
+    state = advance(jax.vmap(lambda v: data.replace(qvel=v))(qvel[:4]))  # now on the devices
+    after = advance(state)
+    assert state.qpos.is_deleted() and not after.qpos.is_deleted()
+    print("ok")
+    """
+)
+
+
+def test_batches_split_over_four_devices_match_one_device_and_finite_differences():
+    env = dict(os.environ)  # with the suite's XLA flags (conftest)
+    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    env.pop("JAXSIM_NCP_TEST_COMPILATION_CACHE", None)
+    result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-4000:]
