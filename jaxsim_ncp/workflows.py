@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .io import load_mjcf
+from .parallel import batched
 from .types import Model
 
 
@@ -136,7 +137,7 @@ def simulate(model_path: str, out: pathlib.Path, overrides: dict | None = None, 
     knots = rng.normal(size=(b, 5, model.nu)) * opts["ctrl_scale"]
     ctrl = np.stack([[np.interp(np.linspace(0, 4, t), np.arange(5), knots[w, :, a]) for a in range(model.nu)]
                      for w in range(b)], axis=-1) if model.nu and opts["ctrl"] == "random" else np.zeros((b, t, model.nu))  # fmt: skip
-    run = jax.jit(jax.vmap(lambda v, u: rollout(model, data.replace(qvel=v), u)))
+    run = batched(lambda v, u: rollout(model, data.replace(qvel=v), u))  # the worlds split over every device
     start = time.perf_counter()
     final, traj = jax.block_until_ready(run(qvel0, jnp.asarray(ctrl, model.dtype)))
     wall = time.perf_counter() - start
@@ -414,7 +415,7 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
     results, rows, seconds_of = {}, [], {}
 
     def run(name, planner):
-        episodes = jax.jit(jax.vmap(lambda d, k: run_episode(planner, task, d, ep["steps"], k, ep["replan_every"])))
+        episodes = batched(lambda d, k: run_episode(planner, task, d, ep["steps"], k, ep["replan_every"]))
         jax.block_until_ready(episodes(starts, keys))  # compile
         begin = time.perf_counter()
         result = jax.block_until_ready(episodes(starts, keys))
