@@ -3,10 +3,10 @@ wait for each other.
 
 `batched(fn)` is `jax.jit(jax.vmap(fn))` with the batch axis split over a device mesh by
 `jax.shard_map`: device k runs worlds [k B/n, (k+1) B/n) as `vmap(fn)`, the computation that slice
-runs on one device (with the Newton solver bit for bit; the NCP's programs differ from it in the last
-bit), and a world's solver loops stop when *its device's* worlds converge. (Handing `jax.jit(jax.vmap(fn))` sharded inputs also works, but XLA then
-partitions the whole program: every `while_loop` trip of the solvers reduces its predicate over all
-devices.)
+runs on one device (with the Newton solver bit for bit; the NCP's programs differ from it in the
+last bit), and a world's solver loops stop when *its device's* worlds converge. (Handing
+`jax.jit(jax.vmap(fn))` sharded inputs also works, but XLA then partitions the whole program: every
+`while_loop` trip of the solvers reduces its predicate over all devices.)
 
     mesh = jax.make_mesh((jax.device_count(),), ("worlds",))      # all devices (every host's)
     run = jsn.batched(lambda v, u: jsn.rollout(model, data.replace(qvel=v), u), mesh)
@@ -15,9 +15,9 @@ devices.)
 Arguments with `in_axes` None (a shared model, a parameter being fitted) are copied to every device;
 gradients with respect to them are summed over all worlds, as with `vmap`. A batch that is not a
 multiple of the device count is padded with copies of its last world, and the copies are dropped
-from the results (which then come back whole on every device, not split). `donate_argnums` (as `jax.jit`'s) lets the results reuse the arguments' memory:
-a simulation carried from call to call (`data = run(data, ctrl)[0]`) then needs one copy of its
-state, not two.
+from the results (which then come back whole on every device, not split). `donate_argnums` (as
+`jax.jit`'s) lets the results reuse the arguments' memory: a simulation carried from call to call
+(`data = run(data, ctrl)[0]`) then needs one copy of its state, not two.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def batched(
     def run(*args):
         axes = tuple(in_axes) if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
         if len(axes) != len(args) or any(a not in (0, None) for a in axes):
-            raise ValueError(f"in_axes must be 0 or None, one for all or one per argument ({len(args)}), got {in_axes!r}")
+            raise ValueError(f"in_axes must be 0 or None, for all or per argument ({len(args)}), got {in_axes!r}")
         sizes = {x.shape[0] for a, arg in zip(axes, args) if a == 0 for x in jax.tree.leaves(arg)}
         if len(sizes) != 1:
             raise ValueError(f"the batched arguments need one leading size (the number of worlds), got {sorted(sizes)}")

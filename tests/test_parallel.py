@@ -2,16 +2,19 @@
 (`--xla_force_host_platform_device_count=4`, in a child process: the suite's own process has one).
 
 Checked (Newton solver): a batch that does not divide over the devices; each device's worlds are
-bit-identical to the same slice run on one device, and to the same call again; a bad world is flagged without touching the others; gradients with
-respect to batched inputs and to a parameter all worlds share match central finite differences; a
-donated state's buffers are reused."""
+bit-identical to the same slice run on one device, and to the same call again; a bad world is
+flagged without touching the others; gradients with respect to batched inputs and to a parameter
+all worlds share match central finite differences; a donated state's buffers are reused."""
 
 import os
 import subprocess
 import sys
 import textwrap
 
-import numpy as np
+import jax.numpy as jnp
+import pytest
+
+import jaxsim_ncp as jsn
 
 CHILD = textwrap.dedent(
     """
@@ -80,6 +83,14 @@ CHILD = textwrap.dedent(
 def test_batches_split_over_four_devices_match_one_device_and_finite_differences():
     env = dict(os.environ)  # with the suite's XLA flags (conftest)
     env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    env.pop("JAXSIM_NCP_TEST_COMPILATION_CACHE", None)
     result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-4000:]
+
+
+def test_bad_batches_are_refused_with_the_cause():
+    with pytest.raises(ValueError, match="no axis 'worlds'"):
+        jsn.batched(lambda x: x, jsn.world_mesh(axis="batch"))
+    with pytest.raises(ValueError, match="in_axes must be 0 or None"):
+        jsn.batched(lambda x: x, in_axes=1)(jnp.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"one leading size \(the number of worlds\), got \[2, 3\]"):
+        jsn.batched(lambda x, y: x + y.sum())(jnp.zeros(2), jnp.zeros((3, 1)))
