@@ -46,6 +46,10 @@ def worker(pid: int, port: int) -> None:
         qpos, qvels = run_batch(friction, qvel)
         return jnp.sum(qpos[:, :3] ** 2) + jnp.sum(qvels[:, :, :3] ** 2)
 
+    def own_rows(array):  # this process's worlds of a global array, in order
+        shards = sorted(array.addressable_shards, key=lambda s: s.index[0].start)
+        return np.concatenate([np.asarray(s.data) for s in shards])
+
     rng = np.random.default_rng(0)
     all_qvel = (0.5 * rng.normal(size=(N_PROCESSES * LOCAL_WORLDS, model.nv))).astype(np.float32)
     mine = all_qvel[pid * LOCAL_WORLDS : (pid + 1) * LOCAL_WORLDS]
@@ -55,15 +59,14 @@ def worker(pid: int, port: int) -> None:
     on_devices = jsn.batched(run, mesh, in_axes=(None, 0))
     qvel = jax.make_array_from_process_local_data(NamedSharding(mesh, PartitionSpec("worlds")), mine)
     qpos, _ = on_devices(friction, qvel)  # global arrays are arguments, never closed over
-    shards = sorted(qpos.addressable_shards, key=lambda s: s.index[0].start)
-    local = np.concatenate([np.asarray(s.data) for s in shards])
+    local = own_rows(qpos)
 
     with jax.default_device(jax.local_devices()[0]):  # this process alone, its worlds in slices of 2
         one_device = jax.jit(jax.vmap(run, in_axes=(None, 0)))
         alone = np.concatenate([np.asarray(one_device(friction, jnp.asarray(mine[k : k + 2]))[0]) for k in (0, 2)])
         g_ref = jax.grad(lambda f, v: loss(jax.vmap(run, in_axes=(None, 0)), f, v), argnums=(0, 1))(friction, jnp.asarray(all_qvel))
     g_friction, g_qvel = jax.jit(jax.grad(lambda f, v: loss(on_devices, f, v), argnums=(0, 1)))(friction, qvel)
-    g_qvel_mine = np.concatenate([np.asarray(s.data) for s in sorted(g_qvel.addressable_shards, key=lambda s: s.index[0].start)])
+    g_qvel_mine = own_rows(g_qvel)
 
     assert np.array_equal(local, alone), np.abs(local - alone).max()
     np.testing.assert_allclose(np.asarray(g_friction.addressable_shards[0].data), g_ref[0], rtol=1e-4)
