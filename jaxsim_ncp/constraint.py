@@ -258,6 +258,18 @@ def _friction_rows(model: Model, data: Data) -> Rows:
     )  # fmt: skip
 
 
+def axis_rows(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    """(rows, dofs): the rows whose Jacobian is +-e_dof, static: dof friction loss (e_dof) and
+    hinge/slide limits (-side e_dof). Their J^T D J is diagonal (`solver.newton._hessian`)."""
+    layout, topo = model.constraints, model.topology
+    friction = np.asarray(layout.friction_dofs, dtype=np.int64)
+    jnt = np.asarray(layout.limit_jnts, dtype=np.int64)
+    hinge_or_slide = np.asarray(layout.limit_sides, dtype=np.int64) != 0
+    rows = np.concatenate([layout.ne + np.arange(len(friction)), layout.ne + layout.nf + np.flatnonzero(hinge_or_slide)])
+    dofs = np.concatenate([friction, np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt[hinge_or_slide]]])
+    return rows.astype(np.int64), dofs.astype(np.int64)
+
+
 def _limit_rows(model: Model, data: Data) -> Rows:
     """Limits (mj_instantiateLimit): joints, then tendons."""
     return _concat([_joint_limit_rows(model, data), _tendon_limit_rows(model, data)])
@@ -324,7 +336,7 @@ def contact_jacobian(model: Model, data: Data, body, pos: Float[Array, "n 3"], f
     dofs (n, w): only these columns (`contact_dofs`), (n, 6, w)."""
     jp1, jr1 = point_jacobian(model, data, body[:, 0], pos, dofs)
     jp2, jr2 = point_jacobian(model, data, body[:, 1], pos, dofs)
-    return jnp.concatenate([frame @ (jp2 - jp1), frame @ (jr2 - jr1)], axis=1)
+    return jnp.concatenate([math.small_matmul(frame, jp2 - jp1), math.small_matmul(frame, jr2 - jr1)], axis=1)
 
 
 def _take(table: np.ndarray, index):

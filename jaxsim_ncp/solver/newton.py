@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from .. import linalg
+from .. import constraint, linalg
 from ..constraint import Efc, apply, apply_transpose
 from ..math import tree_where
 from ..types import Model
@@ -54,6 +54,9 @@ class RowKinds(NamedTuple):
     cone: ConeIndex | None
     contact_rows: np.ndarray  # (nefc_contact, max rows) each efc contact's rows, counted from the first contact row
     contact_valid: np.ndarray  # (nefc_contact, max rows) which of those exist
+    axis_rows: np.ndarray  # rows whose J is +-e_dof (`constraint.axis_rows`), and their dofs
+    axis_dofs: np.ndarray
+    other_rows: np.ndarray  # the rest of the dense J's rows
 
 
 def row_kinds(model: Model) -> RowKinds:
@@ -77,7 +80,11 @@ def row_kinds(model: Model) -> RowKinds:
     offs = np.arange(max(1, int(counts.max(initial=1))))
     valid = offs[None, :] < counts[:, None]
     first = layout.contact_row_start - (layout.ne + layout.nf + layout.nl)
-    return RowKinds(kind == 0, kind == 1, kind == 2, cone, np.where(valid, first[:, None] + offs, 0), valid)
+    axis, axis_dofs = constraint.axis_rows(model)
+    dense = n if constraint.contact_dofs(model) is None else layout.ne + layout.nf + layout.nl  # rows of efc.J
+    other = np.setdiff1d(np.arange(dense), axis)
+    return RowKinds(kind == 0, kind == 1, kind == 2, cone, np.where(valid, first[:, None] + offs, 0), valid, axis, axis_dofs,
+                    other)
 
 
 class _Cone(NamedTuple):
@@ -172,10 +179,15 @@ def _cone_hessian(middle, cone: _Cone):
 
 
 def _hessian(M, efc: Efc, quad, middle, kinds: RowKinds, cone: _Cone | None):
-    """M + J^T H_s J: quadratic rows D, elliptic middle zones their cone Hessian."""
+    """M + J^T H_s J: quadratic rows D, elliptic middle zones their cone Hessian. Rows that are
+    +-e_dof (limits, dof friction) add their weight to H's diagonal instead of entering the product."""
     weight = jnp.where(quad, efc.D, 0.0)
     J = efc.J
-    H = M + J.T @ (weight[: len(J), None] * J)
+    if len(kinds.axis_rows):
+        Jo, wo = J[kinds.other_rows], weight[kinds.other_rows]
+        H = (M + Jo.T @ (wo[:, None] * Jo)).at[kinds.axis_dofs, kinds.axis_dofs].add(weight[kinds.axis_rows])
+    else:
+        H = M + J.T @ (weight[: len(J), None] * J)
     if efc.Jc is None:
         if middle is not None:
             idx = kinds.cone
