@@ -120,14 +120,14 @@ def kinematics(model: Model, data: Data) -> Data:
     xanchor = jnp.where(is_free, jnt_t, frame_p + math.quat_rotate(frame_q, model.jnt_pos))
     xaxis = jnp.where(is_free, jnp.array([0.0, 0.0, 1.0], dt), math.quat_rotate(frame_q, model.jnt_axis))
 
-    xipos = xpos + math.small_matvec(xmat, model.body_ipos)
-    ximat = math.small_matmul(xmat, math.quat_to_mat(model.body_iquat))
+    xipos = xpos + jnp.einsum("bij,bj->bi", xmat, model.body_ipos)
+    ximat = xmat @ math.quat_to_mat(model.body_iquat)
     gbody = np.asarray(topo.geom_bodyid, dtype=np.int64)
-    geom_xpos = xpos[gbody] + math.small_matvec(xmat[gbody], model.geom_pos)
-    geom_xmat = math.small_matmul(xmat[gbody], math.quat_to_mat(model.geom_quat))
+    geom_xpos = xpos[gbody] + jnp.einsum("gij,gj->gi", xmat[gbody], model.geom_pos)
+    geom_xmat = xmat[gbody] @ math.quat_to_mat(model.geom_quat)
     sbody = np.asarray(topo.site_bodyid, dtype=np.int64)
-    site_xpos = xpos[sbody] + math.small_matvec(xmat[sbody], model.site_pos)
-    site_xmat = math.small_matmul(xmat[sbody], math.quat_to_mat(model.site_quat))
+    site_xpos = xpos[sbody] + jnp.einsum("sij,sj->si", xmat[sbody], model.site_pos)
+    site_xmat = xmat[sbody] @ math.quat_to_mat(model.site_quat)
     return data.replace(
         xpos=xpos, xquat=xquat, xmat=xmat, xipos=xipos, ximat=ximat,
         xanchor=xanchor, xaxis=xaxis, geom_xpos=geom_xpos, geom_xmat=geom_xmat, site_xpos=site_xpos, site_xmat=site_xmat,
@@ -146,7 +146,7 @@ def com_pos(model: Model, data: Data) -> Data:
     subtree_com = jnp.where(has_mass[:, None], weighted / safe_mass, data.xipos)
 
     root_com = subtree_com[np.asarray(topo.body_rootid, dtype=np.int64)]
-    inertia_world = math.small_matmul(data.ximat * model.body_inertia[:, None, :], jnp.swapaxes(data.ximat, -1, -2))
+    inertia_world = jnp.einsum("bij,bj,bkj->bik", data.ximat, model.body_inertia, data.ximat)
     cinert = math.spatial_inertia(mass, inertia_world, data.xipos - root_com)
 
     # cdof: hinge [a; a x (c - anchor)], slide [0; a], ball / free rotation: body axes.
@@ -181,7 +181,7 @@ def crb(model: Model, data: Data) -> Data:
     topo = model.topology
     icrb = composite_inertia(model, data)
     dof_body = np.asarray(topo.dof_bodyid, dtype=np.int64)
-    force = math.small_matvec(icrb[dof_body], data.cdof)
+    force = jnp.einsum("dij,dj->di", icrb[dof_body], data.cdof)
     lower = jnp.where(topo.dof_ancestor, force @ data.cdof.T, 0.0)
     qM = lower + lower.T - jnp.diag(jnp.diag(lower)) + jnp.diag(model.dof_armature_total)
     return data.replace(qM=qM)
