@@ -159,6 +159,31 @@ def test_implicit_gradients_match_unrolled_and_finite_differences(name, cone):
         assert all(np.all(np.isfinite(np.asarray(g))) for g in jax.tree.leaves(at_boundary))
 
 
+def test_newton_hessian_puts_limit_and_dof_friction_rows_on_its_diagonal():
+    """`constraint.axis_rows` are exactly the rows whose Jacobian is +-e_dof (hinge and slide limits,
+    dof friction loss; not the ball's limit), and the Newton Hessian, which adds their weights to
+    its diagonal instead of the product, equals M + J^T diag(D) J over the quadratic rows."""
+    from jaxsim_ncp import constraint
+    from jaxsim_ncp.solver import newton
+
+    model = jsn.load_mjcf(JOINTS)
+    qpos = jnp.array([np.radians(35.0), 0.0, -0.06, np.cos(0.22), np.sin(0.22), 0.0, 0.0])  # every limit active
+    data = jsn.forward(model, jsn.make_data(model).replace(qpos=qpos))
+    J, D, mask = np.asarray(data.efc_J), np.asarray(data.efc_D), np.asarray(data.efc_mask)
+    rows, dofs = constraint.axis_rows(model)
+    # rows: 2 friction, a lower and an upper limit per hinge/slide, the ball's; active: friction, 2 limits, the ball
+    assert len(rows) == 8 and model.constraints.nefc == 9 and mask.sum() == 5 and mask[-1]
+    expected = np.zeros_like(J[rows])
+    expected[np.arange(len(rows)), dofs] = mask[rows]  # inactive rows are zeroed
+    np.testing.assert_array_equal(np.abs(J[rows]), expected)
+    quad = mask & np.array([True, False, True, True, True, True, True, True, True])
+    efc = constraint.Efc(J=data.efc_J, pos=data.efc_pos, margin=data.efc_margin, D=data.efc_D, R=1 / data.efc_D,
+                         aref=data.efc_aref, frictionloss=jnp.zeros_like(data.efc_D), mask=data.efc_mask, mu=jnp.zeros((0,)))
+    kinds = newton.row_kinds(model)
+    H = jax.jit(lambda M, efc, quad: newton._hessian(M, efc, quad, None, kinds, None))(data.qM, efc, jnp.asarray(quad))
+    np.testing.assert_allclose(H, np.asarray(data.qM) + J.T @ (np.where(quad, D, 0.0)[:, None] * J), rtol=1e-13, atol=1e-13)
+
+
 SLIDING_BOX = """<mujoco><option timestep="0.005" iterations="30" ls_iterations="20" tolerance="1e-12"/><worldbody>
   <geom type="plane" size="5 5 .1" friction=".4"/>
   <body pos="0 0 .09999"><freejoint/><geom type="box" size=".1 .1 .1" friction=".4"/></body></worldbody></mujoco>"""
