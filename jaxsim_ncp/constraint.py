@@ -267,7 +267,7 @@ def axis_rows(model: Model) -> tuple[np.ndarray, np.ndarray]:
     hinge_or_slide = np.asarray(layout.limit_sides, dtype=np.int64) != 0
     rows = np.concatenate([layout.ne + np.arange(len(friction)), layout.ne + layout.nf + np.flatnonzero(hinge_or_slide)])
     dofs = np.concatenate([friction, np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt[hinge_or_slide]]])
-    return rows.astype(np.int64), dofs.astype(np.int64)
+    return rows, dofs
 
 
 def _limit_rows(model: Model, data: Data) -> Rows:

@@ -56,7 +56,6 @@ class RowKinds(NamedTuple):
     contact_valid: np.ndarray  # (nefc_contact, max rows) which of those exist
     axis_rows: np.ndarray  # rows whose J is +-e_dof (`constraint.axis_rows`), and their dofs
     axis_dofs: np.ndarray
-    other_rows: np.ndarray  # the rest of the dense J's rows
 
 
 def row_kinds(model: Model) -> RowKinds:
@@ -80,11 +79,8 @@ def row_kinds(model: Model) -> RowKinds:
     offs = np.arange(max(1, int(counts.max(initial=1))))
     valid = offs[None, :] < counts[:, None]
     first = layout.contact_row_start - (layout.ne + layout.nf + layout.nl)
-    axis, axis_dofs = constraint.axis_rows(model)
-    dense = n if constraint.contact_dofs(model) is None else layout.ne + layout.nf + layout.nl  # rows of efc.J
-    other = np.setdiff1d(np.arange(dense), axis)
-    return RowKinds(kind == 0, kind == 1, kind == 2, cone, np.where(valid, first[:, None] + offs, 0), valid, axis, axis_dofs,
-                    other)
+    return RowKinds(kind == 0, kind == 1, kind == 2, cone, np.where(valid, first[:, None] + offs, 0), valid,
+                    *constraint.axis_rows(model))
 
 
 class _Cone(NamedTuple):
@@ -184,7 +180,8 @@ def _hessian(M, efc: Efc, quad, middle, kinds: RowKinds, cone: _Cone | None):
     weight = jnp.where(quad, efc.D, 0.0)
     J = efc.J
     if len(kinds.axis_rows):
-        Jo, wo = J[kinds.other_rows], weight[kinds.other_rows]
+        other = np.setdiff1d(np.arange(len(J)), kinds.axis_rows)  # the rest of efc.J's rows
+        Jo, wo = J[other], weight[other]
         H = (M + Jo.T @ (wo[:, None] * Jo)).at[kinds.axis_dofs, kinds.axis_dofs].add(weight[kinds.axis_rows])
     else:
         H = M + J.T @ (weight[: len(J), None] * J)
