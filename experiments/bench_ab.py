@@ -7,10 +7,9 @@ side (each commit's `jaxsim_ncp` extracted with `git archive` under another name
 compiled for both, and their calls alternate, so both see the same machine; the ratio of their
 fastest fifth of calls is what to read.
 
-Workloads (the MJX test humanoid at its own settings, float32, start state and controls of
-`bench_contact.py`): ``fwdB`` = ``jit(vmap(rollout))`` over B worlds (T = 100 for B < 64, else 20);
-``grad`` = ``jax.grad`` of `bench_grad.py`'s 100-step loss w.r.t. controls, initial velocity, body
-masses and the foot pairs' friction (implicit gradients).
+Workloads, built by the benchmarks' own code for the MJX test humanoid (float32): ``fwdB`` =
+`bench_contact.batched_rollout` over B worlds (T = 100 for B < 64, else 20); ``grad`` =
+`bench_grad.build`'s configuration (e), the 100-step implicit gradient at MJX's settings.
 
     .venv/bin/python experiments/bench_ab.py HEAD~1 HEAD
     .venv/bin/python experiments/bench_ab.py main WORKTREE --work fwd1,fwd256,grad --repeats 60
@@ -30,13 +29,12 @@ import sys
 import tempfile
 import time
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_contact import inputs, load_model  # noqa: E402
+from bench_contact import batched_rollout  # noqa: E402
+from bench_grad import build, solver_settings  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -61,33 +59,16 @@ def extract(ref: str, name: str, into: pathlib.Path) -> str:
 
 
 def workloads(pkg: str, names: list[str]) -> dict:
-    jsn = importlib.import_module(pkg)
-    m, qpos0, sigma, amp = load_model("humanoid")
-    model = jsn.from_mujoco(m)
-    d0 = jsn.make_data(model)
+    """{workload: (function, arguments)} with `pkg` as the `jaxsim_ncp` the builders import."""
+    sys.modules["jaxsim_ncp"] = importlib.import_module(pkg)
     out = {}
     for w in names:
         if w.startswith("fwd"):
             batch = int(w[3:])
-            qpos, qvel, ctrl = inputs(m, qpos0, sigma, amp, batch, 100 if batch < 64 else 20, 0)
-
-            def roll(q, v, c):
-                final, _ = jsn.rollout(model, d0.replace(qpos=q, qvel=v), c)
-                return final.qpos, final.qvel
-
-            out[w] = (jax.jit(jax.vmap(roll)), tuple(jnp.asarray(x, jnp.float32) for x in (qpos, qvel, ctrl)))
+            out[w] = batched_rollout("humanoid", "ours", batch, 100 if batch < 64 else 20, seed=0)
         elif w == "grad":
-            qpos, qvel, ctrl = inputs(m, qpos0, sigma, amp, 1, 100, 0)
-            start = d0.replace(qpos=jnp.asarray(qpos[0], jnp.float32))
-            params = dict(ctrl=jnp.asarray(ctrl[0], jnp.float32), qvel0=jnp.asarray(qvel[0], jnp.float32),
-                          body_mass=model.body_mass, friction=model.pair_friction)
-
-            def loss(p):
-                mm = eqx.tree_at(lambda x: (x.body_mass, x.pair_friction), model, (p["body_mass"], p["friction"]))
-                final, traj = jsn.rollout(mm, start.replace(qvel=p["qvel0"]), p["ctrl"])
-                return jnp.sum(final.qpos**2) + jnp.mean(traj.qvel**2)
-
-            out[w] = (jax.jit(jax.grad(loss)), (params,))
+            fn, args = build("humanoid", "implicit1", solver_settings(None, "humanoid", full=False), 100, 1, 0, 0)
+            out[w] = (jax.jit(fn), args)
         else:
             raise ValueError(f"unknown workload {w!r} (fwdB or grad)")
     return out
