@@ -2,6 +2,7 @@
 failure flags that never leak into other worlds, bitwise determinism."""
 
 import pathlib
+import re
 import sys
 
 import equinox as eqx
@@ -42,8 +43,24 @@ def scene():
     return jsn.load_mjcf(SCENE, iterations=20, ls_iterations=20, maxval=1e4, max_geom_pairs=1)
 
 
-def _custom_calls(text: str) -> list[str]:
-    return sorted({line.strip()[:120] for line in text.splitlines() if "custom_call" in line})
+# jaxlib 0.10 runs a LAPACK kernel's batch on the calling thread below this many flops and splits it
+# over XLA's thread pool (the deadlock of issue #11) above; its per-matrix costs (lapack_kernels.cc)
+_LAPACK_INLINE_WORK = 200_000
+_LAPACK_COST = {"potrf": lambda a: a[-1] ** 3 // 3, "trsm": lambda a, b: b[-2] ** 2 * b[-1]}
+
+
+def _lapack_work(text: str) -> list[tuple[str, int]]:
+    """(kernel, batch x per-matrix cost) of every custom call of a lowered module; only LAPACK's
+    potrf and trsm are allowed (anything else fails the parse)."""
+    calls = []
+    for line in text.splitlines():
+        if "custom_call" not in line:
+            continue
+        m = re.search(r"custom_call @lapack_[sd](potrf|trsm)_ffi\(.*: \((.*?)\) ->", line)
+        assert m, line.strip()[:200]
+        shapes = [tuple(int(d) for d in t.split("x")[:-1]) for t in re.findall(r"tensor<([^>]*)>", m.group(2))]
+        calls.append((m.group(1), int(np.prod(shapes[0][:-2])) * _LAPACK_COST[m.group(1)](*shapes)))
+    return calls
 
 
 # a box on a plane and a limited hinge: every solve of the pipeline, small enough to trace quickly
@@ -63,13 +80,14 @@ def _low_precision_products(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("grad_mode, solver", [("unroll", "newton"), ("implicit", "ncp")])
-def test_batched_step_and_gradient_use_no_lapack_kernels_and_full_precision(grad_mode, solver):
-    """jaxlib's batched CPU LAPACK kernels block XLA pool threads on work scheduled to the same
-    pool and deadlock when several run at once (issue #11): no program of ours may contain them.
+def test_batched_step_and_gradient_keep_lapack_off_the_thread_pool_and_products_at_full_precision(grad_mode, solver):
+    """jaxlib's CPU LAPACK kernels block XLA pool threads on work scheduled to the same pool and
+    deadlock when several run at once (issue #11): every LAPACK call of ours, also of a batch of
+    2048 worlds (chunked), stays below the work at which jaxlib uses the pool.
     Every matrix product, forward and backward, asks for full precision (GPUs default to TF32)."""
     model = jsn.load_mjcf(BOX_AND_HINGE, grad_mode=grad_mode, integrator="implicitfast", solver=solver)
     data = jsn.make_data(model)
-    batch = jnp.zeros((4, model.nv))
+    batch = jnp.zeros((2048, model.nv))
 
     def loss(v):
         final, _ = jsn.rollout(model, data.replace(qvel=v), jnp.zeros((1, model.nu)))
@@ -77,7 +95,9 @@ def test_batched_step_and_gradient_use_no_lapack_kernels_and_full_precision(grad
 
     step_text = jax.jit(jax.vmap(lambda v: jsn.step(model, data.replace(qvel=v)))).lower(batch).as_text()
     grad_text = jax.jit(jax.vmap(jax.grad(loss))).lower(batch).as_text()
-    assert _custom_calls(step_text) == [] and _custom_calls(grad_text) == []
+    calls = _lapack_work(step_text) + _lapack_work(grad_text)
+    assert {kernel for kernel, _ in calls} == {"potrf", "trsm"}
+    assert max(work for _, work in calls) < _LAPACK_INLINE_WORK
     assert "dot_general" in grad_text
     assert _low_precision_products(step_text) == [] and _low_precision_products(grad_text) == []
 
@@ -86,7 +106,7 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     rng = np.random.default_rng(0)
     cho_factor, solve_spd, solve = jax.jit(linalg.cho_factor), jax.jit(linalg.solve_spd), jax.jit(linalg.solve)
     lu_solve_t = jax.jit(lambda m, r: linalg.lu_solve(linalg.lu_factor(m), r, trans=True))
-    for n in (3, 12):  # unrolled and looped paths
+    for n in (3, 12):
         b = rng.normal(size=(n, n))
         a = b @ b.T + n * np.eye(n)
         r = rng.normal(size=n)
@@ -99,11 +119,13 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
         for rhs, trans in ((r, False), (r, True), (np.stack([r, 2 * r], axis=1), False)):
             ref = np.linalg.solve(b.T if trans else b, rhs)
             np.testing.assert_allclose(linalg._lu_solve_native(*factor, jnp.asarray(rhs), trans), ref, rtol=1e-8)
-        # ... and of the Cholesky (XLA's potrf and triangular solves)
-        lower = linalg._cho_factor_native(jnp.asarray(a))
+        # ... and of the Cholesky (the CPU's kernels in one call, as on GPUs)
+        lower = linalg._cho_factor_native(jnp.asarray(a)[None])[0]
         np.testing.assert_allclose(lower, np.linalg.cholesky(a), rtol=1e-12, atol=1e-12)
-        for rhs in (r, np.stack([r, 2 * r], axis=1)):
-            np.testing.assert_allclose(linalg._cho_solve_native(lower, jnp.asarray(rhs)), np.linalg.solve(a, rhs), rtol=1e-10)
+        for rhs in (r[:, None], np.stack([r, 2 * r], axis=1)):
+            x = linalg._cho_solve_native(lower[None], jnp.asarray(rhs)[None])[0]
+            np.testing.assert_allclose(x, np.linalg.solve(a, rhs), rtol=1e-10)
+            np.testing.assert_allclose(linalg.cho_solve(lower, rhs), np.linalg.solve(a, rhs), rtol=1e-10)
         # gradients through custom_linear_solve: A_bar = -A^-T x_bar x^T, b_bar = A^-T x_bar
         for mat, fn in ((a, linalg.solve_spd), (b, linalg.solve)):
             x = np.linalg.solve(mat, r)
@@ -141,18 +163,32 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     u = np.linalg.qr(rng.normal(size=(6, 6)))[0]
     a32 = jnp.asarray(u @ np.diag([1e11, 1e3, 1.0, 1e-2, 1e-3, 1e-3]) @ u.T, jnp.float32)
     assert np.all(np.isfinite(np.asarray(cho_factor(a32))))
-    # the GPU branch: a shifted or diagonal factor, finite and positive definite, also when indefinite
+    # a shifted or diagonal factor, finite and positive definite, also when indefinite
     for m in (a32, a32.at[0, 0].set(-1.0)):
-        lower = np.asarray(linalg._cho_factor_native(m), np.float64)
+        lower = np.asarray(cho_factor(m), np.float64)
         assert np.all(np.isfinite(lower)) and np.all(np.diagonal(lower) > 0)
     # ... batched: one world falls back; the others are bit-identical to unbatched calls, and its own
-    # factor is the unbatched fallback's (the batched rule runs the fallback only where it is needed)
+    # factor is the unbatched fallback's (the fallback runs only where it is needed)
     spd = jnp.asarray(u @ np.diag([4.0, 3.0, 2.0, 1.0, 0.5, 0.25]) @ u.T, jnp.float32)
     batch = jnp.stack([spd, a32.at[0, 0].set(-1.0), 2 * spd])
-    batched = np.asarray(jax.vmap(linalg._cho_factor_native)(batch))
+    batched = np.asarray(jax.vmap(cho_factor)(batch))
     for k in range(3):
-        np.testing.assert_array_equal(batched[k], np.asarray(linalg._cho_factor_native(batch[k])))
-    np.testing.assert_array_equal(jax.vmap(linalg._cho_factor_native)(batch[::2]), batched[::2])
+        np.testing.assert_array_equal(batched[k], np.asarray(cho_factor(batch[k])))
+    np.testing.assert_array_equal(jax.vmap(cho_factor)(batch[::2]), batched[::2])
+    # a vmapped batch above LAPACK's inline work (5 x 60^3 / 3 flops) runs in chunks (3 + 2 padded),
+    # nested vmaps fold into one batch: each factor and solve bit-identical to its unbatched call
+    k = rng.normal(size=(5, 60, 60))
+    spd60 = k @ k.transpose(0, 2, 1) + 60 * np.eye(60)
+    rhs60 = rng.normal(size=(5, 60))
+    factor_and_solve = lambda m, v: (linalg.cho_factor(m), linalg.cho_solve(linalg.cho_factor(m), v))  # noqa: E731
+    single = [jax.jit(factor_and_solve)(spd60[i], rhs60[i]) for i in range(5)]
+    for fn, args in ((jax.vmap(factor_and_solve), (spd60, rhs60)),
+                     (jax.vmap(jax.vmap(factor_and_solve), in_axes=(None, 0)), (spd60, np.stack([rhs60, rhs60])))):
+        lowers, xs = jax.jit(fn)(*args)
+        lowers, xs = lowers.reshape(-1, 60, 60)[:5], xs.reshape(-1, 60)[-5:]
+        for i in range(5):
+            np.testing.assert_array_equal(lowers[i], single[i][0])
+            np.testing.assert_array_equal(xs[i], single[i][1])
     assert np.all(np.isfinite(np.asarray(solve_spd(a32, jnp.ones(6, jnp.float32)))))
 
 
