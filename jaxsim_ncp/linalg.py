@@ -69,23 +69,11 @@ def _rows_loop(n: int, body, init):
 _LAPACK_INLINE_WORK = 200_000
 
 
-def _lapack_batched(kernel, cost, threaded: bool):
-    """`kernel(*args)` over args with one leading batch axis, as a function that vmap folds new
-    batch axes into that axis (`custom_vmap`). On the CPU (`threaded=False`) a batch whose work
-    `len * cost(*args)` reaches `_LAPACK_INLINE_WORK` runs chunk by chunk (`lax.map`), each chunk
-    below it, so jaxlib never hands LAPACK work to XLA's thread pool; elsewhere in one call."""
-
-    @jax.custom_batching.custom_vmap
-    def run(*args):
-        count = args[0].shape[0]
-        chunk = count if threaded else max(1, (_LAPACK_INLINE_WORK - 1) // max(1, cost(*args)))
-        if count <= chunk:
-            return kernel(*args)
-        chunks = -(-count // chunk)
-        chunk = -(-count // chunks)  # as even as possible; the last chunk padded with copies of the last entry
-        padded = [jnp.concatenate([x, jnp.repeat(x[-1:], chunks * chunk - count, axis=0)]) for x in args]
-        out = jax.lax.map(lambda xs: kernel(*xs), tuple(x.reshape(chunks, chunk, *x.shape[1:]) for x in padded))
-        return out.reshape(chunks * chunk, *out.shape[2:])[:count]
+def _batch_function(fn):
+    """fn(*args) over args with one leading batch axis, as a function that vmap calls with its
+    batch folded into that axis (`custom_vmap`): one call however many vmaps are nested, and a
+    `cond` inside fn stays a `cond` (a vmapped `cond` becomes a select running both branches)."""
+    run = jax.custom_batching.custom_vmap(fn)
 
     @run.def_vmap
     def _run_batched(axis_size: int, in_batched: list[bool], *args):
@@ -96,58 +84,68 @@ def _lapack_batched(kernel, cost, threaded: bool):
     return run
 
 
-def _shifted_cholesky(a: Float[Array, "... n n"], shift) -> Float[Array, "... n n"]:
-    """LAPACK's (potrf) Cholesky factor of a + shift diag|a| (NaN where it fails)."""
+def _lapack(kernel, cost: int, threaded: bool, *args):
+    """kernel(*args) on a batch (the leading axis). On the CPU (`threaded=False`) a batch whose
+    work `len * cost` reaches `_LAPACK_INLINE_WORK` runs chunk by chunk (`lax.map`), each chunk
+    below it, so jaxlib never hands LAPACK work to XLA's thread pool; elsewhere in one call."""
+    count = args[0].shape[0]
+    chunk = count if threaded else max(1, (_LAPACK_INLINE_WORK - 1) // max(1, cost))
+    if count <= chunk:
+        return kernel(*args)
+    chunks = -(-count // chunk)
+    chunk = -(-count // chunks)  # as even as possible; the last chunk padded with copies of the last entry
+    padded = [jnp.concatenate([x, jnp.repeat(x[-1:], chunks * chunk - count, axis=0)]) for x in args]
+    out = jax.lax.map(lambda xs: kernel(*xs), tuple(x.reshape(chunks, chunk, *x.shape[1:]) for x in padded))
+    return out.reshape(chunks * chunk, *out.shape[2:])[:count]
+
+
+def _shifted_cholesky(a: Float[Array, "b n n"], shift) -> tuple[Float[Array, "b n n"], Array]:
+    """LAPACK's (potrf) Cholesky factors of a + shift diag|a|, and which matrices it factored (a
+    failed factor is NaN throughout, so its diagonal is enough to tell)."""
     d = jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + jnp.finfo(a.dtype).tiny
     eye = jnp.eye(a.shape[-1], dtype=a.dtype)
-    return jax.lax.linalg.cholesky(a + shift * d[..., None] * eye, symmetrize_input=False)
+    lower = jax.lax.linalg.cholesky(a + shift * d[..., None] * eye, symmetrize_input=False)
+    return lower, jnp.all(jnp.isfinite(jnp.diagonal(lower, axis1=-2, axis2=-1)), axis=-1)[:, None, None]
 
 
-def _cho_fallback(a: Float[Array, "b n n"]) -> Float[Array, "b n n"]:
-    """The factors of a + sqrt(eps) diag|a| or, where even that fails, of diag|a|."""
-    retry = _shifted_cholesky(a, jnp.sqrt(jnp.finfo(a.dtype).eps))
-    d = jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + jnp.finfo(a.dtype).tiny
-    ok = jnp.all(jnp.isfinite(retry), axis=(-2, -1), keepdims=True)
-    return jnp.where(ok, retry, jnp.sqrt(d)[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype))
+def _cho_factor_chunk(a: Float[Array, "b n n"]) -> Float[Array, "b n n"]:
+    """Factors of a + eps diag|a| (a relative change within rounding). Where the working precision
+    cannot factor a matrix, a + sqrt(eps) diag|a|'s and, failing that too, diag|a|'s, computed only
+    if some matrix failed (a `cond`: a select would run every factorization; on an H100 that doubled
+    the humanoid's and the pile's Cholesky time). Each matrix's factor is the one it gets alone."""
+    eps, tiny = jnp.finfo(a.dtype).eps, jnp.finfo(a.dtype).tiny
+    lower, ok = _shifted_cholesky(a, eps)
+
+    def repaired():
+        retry, retry_ok = _shifted_cholesky(a, jnp.sqrt(eps))
+        d = jnp.sqrt(jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + tiny)
+        diagonal = d[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
+        return jnp.where(ok, lower, jnp.where(retry_ok, retry, diagonal))
+
+    return jax.lax.cond(jnp.all(ok), lambda: lower, repaired)
 
 
-def _cho_factor_batch(a: Float[Array, "b n n"]) -> Float[Array, "b n n"]:
-    """Factors of a batch: a + eps diag|a| (a relative change within rounding); where the working
-    precision cannot factor a matrix, `_cho_fallback`'s, computed only if some matrix failed (a
-    `cond`: a select would run both factorizations; on an H100 that doubled the humanoid's and
-    the pile's Cholesky time). Each matrix's factor is the one it gets alone."""
-    lower = _shifted_cholesky(a, jnp.finfo(a.dtype).eps)
-    ok = jnp.all(jnp.isfinite(lower), axis=(-2, -1), keepdims=True)
-    return jax.lax.cond(jnp.all(ok), lambda: lower, lambda: jnp.where(ok, lower, _cho_fallback(a)))
+def _cho_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> Float[Array, "b n n"]:
+    return _lapack(_cho_factor_chunk, a.shape[-1] ** 3 // 3, threaded, a)  # jaxlib's cost of potrf
 
 
-def _cho_solve_batch(lower: Float[Array, "b n n"], b: Float[Array, "b n k"]) -> Float[Array, "b n k"]:
+def _cho_solve_batch(lower: Float[Array, "b n n"], b: Float[Array, "b n k"], threaded: bool) -> Float[Array, "b n k"]:
     solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, lower=True)
-    return solve(lower, solve(lower, b), transpose_a=True)
+    cost = lower.shape[-1] ** 2 * b.shape[-1]  # jaxlib's for trsm
+    return _lapack(lambda t, r: solve(t, solve(t, r), transpose_a=True), cost, threaded, lower, b)
 
 
-def _potrf_cost(a):
-    return a.shape[-1] ** 3 // 3
-
-
-def _trsm_cost(lower, b):
-    return lower.shape[-1] ** 2 * b.shape[-1]
-
-
-_cho_factor_cpu = _lapack_batched(_cho_factor_batch, _potrf_cost, threaded=False)
-_cho_factor_native = _lapack_batched(_cho_factor_batch, _potrf_cost, threaded=True)
-_cho_solve_cpu = _lapack_batched(_cho_solve_batch, _trsm_cost, threaded=False)
-_cho_solve_native = _lapack_batched(_cho_solve_batch, _trsm_cost, threaded=True)
+_cho_factor_cpu = _batch_function(functools.partial(_cho_factor_batch, threaded=False))
+_cho_factor_native = _batch_function(functools.partial(_cho_factor_batch, threaded=True))
+_cho_solve_cpu = _batch_function(functools.partial(_cho_solve_batch, threaded=False))
+_cho_solve_native = _batch_function(functools.partial(_cho_solve_batch, threaded=True))
 
 
 def cho_factor(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     """Lower-triangular L with L L^T = a (symmetric positive definite; the factor of a nearby
     positive-definite matrix where the precision does not suffice, never NaN: see the module
     docstring). LAPACK's potrf on the CPU (in inline-sized chunks), cuSOLVER's on GPUs."""
-    a = jnp.asarray(a)
-    return jax.lax.platform_dependent(
-        a[None], cpu=_cho_factor_cpu, default=_cho_factor_native
-    )[0]
+    return jax.lax.platform_dependent(jnp.asarray(a)[None], cpu=_cho_factor_cpu, default=_cho_factor_native)[0]
 
 
 def cho_solve(lower: Float[Array, "n n"], b: Float[Array, "n ..."]) -> Float[Array, "n ..."]:
