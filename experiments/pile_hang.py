@@ -7,13 +7,15 @@ own child process: one compile, then `--runs` executions with fresh inputs; a ru
 does not return within `--timeout` seconds counts as a hang (the child is killed).
 
     .venv/bin/python experiments/pile_hang.py                    # batches 1 4 8 16, 20 runs each
-    .venv/bin/python experiments/pile_hang.py --vendor-linalg    # jax.scipy's LAPACK kernels instead:
-                                                                 # reproduces the deadlock on a 2-core CPU
+    .venv/bin/python experiments/pile_hang.py --vendor-linalg    # jax.scipy's LAPACK calls, unchunked
 
-Cause (jaxlib 0.10, CPU): the batched LAPACK kernels (potrf, trsm, getrf) split a batch
-into chunks, schedule them on XLA's intra-op pool and block the calling pool thread
-until they finish; two such calls running at once on a 2-thread pool wait forever.
-`jaxsim_ncp/linalg.py` replaces them with XLA loops.
+Cause (jaxlib 0.10, CPU): a LAPACK kernel (potrf, trsm, getrf) whose batch reaches 2e5 flops of
+work splits it into chunks, schedules them on XLA's intra-op pool and blocks the calling pool
+thread until they finish; two such calls running at once on a 2-thread pool wait forever.
+`jaxsim_ncp/linalg.py` hands LAPACK only batches below that work, which jaxlib runs on the
+calling thread. (`--vendor-linalg` hung in 4 of 6 runs when the issue was filed; with mujoco 4.0
+the settled pile has 108 contacts instead of ~157 and on 2026-11-28 it completed 40 of 40 runs
+at batches 4 and 8: the race depends on how the step's independent parts get scheduled.)
 """
 
 from __future__ import annotations

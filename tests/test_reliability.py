@@ -3,6 +3,7 @@ failure flags that never leak into other worlds, bitwise determinism."""
 
 import pathlib
 import re
+import subprocess
 import sys
 
 import equinox as eqx
@@ -100,6 +101,32 @@ def test_batched_step_and_gradient_keep_lapack_off_the_thread_pool_and_products_
     assert max(work for _, work in calls) < _LAPACK_INLINE_WORK
     assert "dot_general" in grad_text
     assert _low_precision_products(step_text) == [] and _low_precision_products(grad_text) == []
+
+
+# two independent batched factorizations in one program, on two cores (XLA sizes its pool from the
+# process's CPU affinity)
+_TWO_FACTORIZATIONS = r"""
+import os, sys
+os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+import jax, jax.numpy as jnp, numpy as np
+from jaxsim_ncp import linalg
+factor = jnp.linalg.cholesky if sys.argv[1] == "jaxlib" else jax.vmap(linalg.cho_factor)
+x = np.random.default_rng(0).standard_normal((256, 27, 27)).astype(np.float32)
+a = x @ x.transpose(0, 2, 1) + 27 * np.eye(27, dtype=np.float32)
+run = jax.jit(lambda a: jnp.sum(factor(a)) + jnp.sum(factor(2 * a)))
+for r in range(20):
+    run(a + r).block_until_ready()
+print("DONE")
+"""
+
+
+def test_two_batched_factorizations_running_at_once_do_not_deadlock():
+    """Issue #11's hang, reduced: with jaxlib's batched potrf (`jnp.linalg.cholesky`, argument
+    "jaxlib") this program hung at its first call in 3 of 3 runs on 2 cores, each call blocking a
+    pool thread until chunks queued behind the other's finish. `cho_factor` gives LAPACK chunks
+    small enough to run on the calling thread: 20 calls complete."""
+    child = subprocess.run([sys.executable, "-c", _TWO_FACTORIZATIONS, "ours"], capture_output=True, text=True, timeout=120)
+    assert child.stdout.strip() == "DONE", child.stderr[-2000:]
 
 
 def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
