@@ -9,10 +9,11 @@ thread pool and *block the calling pool thread* until they finish (`ParallelBatc
 lapack_kernels.cc). When as many such calls run at once as the pool has threads (2 on a 2-core
 machine; independent parts of a vmapped step run concurrently), every pool thread waits for work
 only a pool thread could run. Below 2e5 flops a kernel runs its batch on the calling thread and
-never touches the pool, so `_lapack_batched` hands LAPACK only batches below that (a larger
-vmapped batch goes through `lax.map` chunk by chunk; one matrix is always inline). At batch 256
-the 27x27 factor-and-solve is 2.3x faster than the XLA loops it replaces, 1.7x at 1024.
-`tests/test_reliability.py` checks every LAPACK call of a batched step and its gradient.
+never touches the pool, so `_lapack` hands LAPACK only batches below that (a larger vmapped
+batch goes through `lax.map` chunk by chunk; one matrix is always inline). Against the XLA loops
+this replaced, the humanoid's forward pass takes 0.73x the time at B = 1 and 0.86x at B = 256.
+`tests/test_reliability.py` checks every LAPACK call of a batched step and its gradient, and runs
+two batched factorizations at once on two cores (jaxlib's own batched potrf hangs there).
 
 Robustness: `cho_factor` factors a + eps diag|a| and, where the working precision still cannot
 (float32, a pyramidal cone with mu at MuJoCo's 1e-5 floor makes D ~ 1e10; MuJoCo's
