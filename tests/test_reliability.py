@@ -202,7 +202,7 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     for k in range(3):
         np.testing.assert_array_equal(batched[k], np.asarray(cho_factor(batch[k])))
     np.testing.assert_array_equal(jax.vmap(cho_factor)(batch[::2]), batched[::2])
-    # a vmapped batch above LAPACK's inline work (5 x 60^3 / 3 flops) runs in chunks (3 + 2 padded),
+    # a vmapped batch above LAPACK's inline work (5 x 60^3 / 3 flops) runs in chunks (three of 2, one padded),
     # nested vmaps fold into one batch: each factor and solve bit-identical to its unbatched call
     k = rng.normal(size=(5, 60, 60))
     spd60 = k @ k.transpose(0, 2, 1) + 60 * np.eye(60)
