@@ -1,7 +1,7 @@
-"""Dense linear solves. Cholesky: LAPACK (potrf, trsm) on the CPU, cuSOLVER / cuBLAS on GPUs.
-LU: plain XLA loops on the CPU, XLA's own factorizations elsewhere (on a GPU a loop of n dependent
-steps is n kernel launches: the 100-cube pile's Newton step, nv = 600, took 190 ms on an H100
-with loops and 5.7 ms without).
+"""Dense linear solves: Cholesky and LU through LAPACK (potrf, getrf, trsm) on the CPU, cuSOLVER /
+cuBLAS on GPUs; never XLA loops (on a GPU a loop of n dependent steps is n kernel launches: the
+100-cube pile's Newton step, nv = 600, took 190 ms on an H100 with loops and 5.7 ms without; on
+the CPU each loop is a while loop XLA compiles into every program that factors).
 
 Deadlock (issue #11, the vmapped 27-box pile hung in half of the runs): jaxlib 0.10's CPU LAPACK
 kernels split a batch whose work reaches 2e5 flops into chunks, schedule them on XLA's intra-op
@@ -55,13 +55,6 @@ def full_precision(fn):
     return wrapped
 
 
-def _rows_loop(n: int, body, init):
-    """fori_loop(0, n, body, init). Never unrolled: unrolling 8x8 factorizations (vmapped over
-    contacts) made both compile and run time worse (NCP step 38 s -> 24 s compile, Newton
-    step 22.6 s -> 17.8 s compile and 2.4 -> 0.9 ms per step on the slide test scene)."""
-    return jax.lax.fori_loop(0, n, body, init)
-
-
 # ------------------------------------------------------------------ Cholesky
 
 # jaxlib 0.10's CPU LAPACK kernels (lapack_kernels.cc, GetLapackBatchChunkSize) run a batch on the
@@ -80,7 +73,7 @@ def _batch_function(fn):
     def _run_batched(axis_size: int, in_batched: list[bool], *args):
         args = [x if b else jnp.broadcast_to(x, (axis_size, *x.shape)) for x, b in zip(args, in_batched)]
         out = run(*(x.reshape(-1, *x.shape[2:]) for x in args))
-        return out.reshape(axis_size, -1, *out.shape[1:]), True
+        return jax.tree.map(lambda o: o.reshape(axis_size, -1, *o.shape[1:]), out), jax.tree.map(lambda _: True, out)
 
     return run
 
@@ -97,7 +90,7 @@ def _lapack(kernel, cost: int, threaded: bool, *args):
     chunk = -(-count // chunks)  # as even as possible; the last chunk padded with copies of the last entry
     padded = [jnp.concatenate([x, jnp.repeat(x[-1:], chunks * chunk - count, axis=0)]) for x in args]
     out = jax.lax.map(lambda xs: kernel(*xs), tuple(x.reshape(chunks, chunk, *x.shape[1:]) for x in padded))
-    return out.reshape(chunks * chunk, *out.shape[2:])[:count]
+    return jax.tree.map(lambda o: o.reshape(chunks * chunk, *o.shape[2:])[:count], out)
 
 
 def _shifted_cholesky(a: Float[Array, "b n n"], shift) -> tuple[Float[Array, "b n n"], Array]:
@@ -195,53 +188,30 @@ def solve_spd_blocks(a: Float[Array, "n n"], b: Float[Array, " n"], blocks: tupl
 # ------------------------------------------------------------------ LU (partial pivoting)
 
 
-def _lu_factor_loop(a):
-    """Doolittle LU with partial pivoting as a row loop.
+def _lu_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> tuple[Float[Array, "b n n"], Int[Array, "b n"]]:
+    def getrf(a):
+        lu, _, perm = jax.lax.linalg.lu(a)
+        return lu, perm.astype(jnp.int32)
 
-    Rows are never swapped inside the loop: `free` marks the rows not yet chosen as pivots, the
-    pivot row is read with a mask, and one gather at the end puts the rows in pivot order. A
-    per-world row swap is a batched gather of the whole matrix at every step under vmap; this
-    form is elementwise and factors 2x faster (27x27, 16 worlds: 440 -> 214 us), bit for bit the
-    same factor.
-    """
-    a = jnp.asarray(a)
-    n = a.shape[-1]
-    idx = jnp.arange(n, dtype=jnp.int32)
-
-    def eliminate(k, carry):
-        lu, free, perm = carry
-        column = lu[:, k]
-        p = jnp.argmax(jnp.where(free, jnp.abs(column), -1.0)).astype(jnp.int32)
-        pivot_row = jnp.sum(jnp.where((idx == p)[:, None], lu, 0.0), axis=0)
-        free = free & (idx != p)
-        factors = jnp.where(free, column / pivot_row[k], 0.0)
-        lu = lu - jnp.outer(factors, jnp.where(idx > k, pivot_row, 0.0))
-        lu = jnp.where((idx == k)[None, :] & free[:, None], factors[:, None], lu)
-        return lu, free, jnp.where(idx == k, p, perm)
-
-    lu, _, perm = _rows_loop(n, eliminate, (a, jnp.ones(n, bool), idx))
-    return lu[perm], perm
+    return _lapack(getrf, a.shape[-1] ** 3, threaded, a)  # jaxlib's cost of getrf
 
 
-def _triangular_solve(t, b, lower: bool, unit_diagonal: bool = False):
-    """Solve T x = b for triangular T (b: (n,) or (n, k)): forward substitution if lower, else backward."""
-    t, b = jnp.asarray(t), jnp.asarray(b)
-    n = t.shape[0]
+def _lu_solve_batch(lu, perm, b: Float[Array, "b n k"], threaded: bool, trans: bool) -> Float[Array, "b n k"]:
+    """a x = b (trans: a^T x = b) with a[perm] = L U: L U x = b[perm]; U^T L^T (P x) = b."""
+    solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, transpose_a=trans)
 
-    def row(k, x):
-        i = k if lower else n - 1 - k
-        xi = b[i] - t[i, :] @ x  # entries of x not solved yet are still zero
-        return x.at[i].set(xi if unit_diagonal else xi / t[i, i])
+    def kernel(lu, perm, b):
+        if not trans:
+            rows = jnp.take_along_axis(b, perm[..., None], axis=1)
+            return solve(lu, solve(lu, rows, lower=True, unit_diagonal=True), lower=False)
+        y = solve(lu, solve(lu, b, lower=False), lower=True, unit_diagonal=True)
+        return jax.vmap(lambda y, p: jnp.zeros_like(y).at[p].set(y))(y, perm)
 
-    return _rows_loop(n, row, jnp.zeros_like(b))
+    return _lapack(kernel, lu.shape[-1] ** 2 * b.shape[-1], threaded, lu, perm, b)  # jaxlib's cost of trsm
 
 
-def _lu_solve_loop(lu, perm, b, trans: bool):
-    # L's unit diagonal is implied: the unit-diagonal solves never read it
-    if not trans:
-        return _triangular_solve(lu, _triangular_solve(lu, b[perm], lower=True, unit_diagonal=True), lower=False)
-    y = _triangular_solve(lu.T, _triangular_solve(lu.T, b, lower=True), lower=False, unit_diagonal=True)
-    return jnp.zeros_like(y).at[perm].set(y)
+_lu_factor_cpu = _batch_function(functools.partial(_lu_factor_batch, threaded=False))
+_lu_solve_cpu = {t: _batch_function(functools.partial(_lu_solve_batch, threaded=False, trans=t)) for t in (False, True)}
 
 
 def _lu_factor_native(a):
@@ -261,13 +231,24 @@ def _lu_solve_native(lu, perm, b, trans: bool):
     return x[:, 0] if column else x
 
 
-# On the CPU the row loops (no LAPACK kernel, see above); on GPUs XLA's own LU and triangular
-# solves (cuBLAS batched getrf / trsm), where a loop of n tiny dependent steps costs n launches.
+def _lu_factor_lapack(a):
+    lu, perm = _lu_factor_cpu(a[None])
+    return lu[0], perm[0]
+
+
+def _lu_solve_lapack(lu, perm, b, trans: bool):
+    rhs = b[:, None] if b.ndim == 1 else b
+    x = _lu_solve_cpu[trans](lu[None], perm[None], rhs[None])[0]
+    return x[:, 0] if b.ndim == 1 else x
+
+
+# On the CPU LAPACK's getrf and trsm in inline-sized chunks (as the Cholesky, see the module docstring);
+# on GPUs XLA's own LU and triangular solves (cuBLAS batched getrf / trsm).
 
 
 def lu_factor(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
     """LU with partial pivoting: (lu, perm) with a[perm] = L U, L unit lower and U upper packed in lu."""
-    return jax.lax.platform_dependent(jnp.asarray(a), cpu=_lu_factor_loop, default=_lu_factor_native)
+    return jax.lax.platform_dependent(jnp.asarray(a), cpu=_lu_factor_lapack, default=_lu_factor_native)
 
 
 def lu_solve(factor, b: Float[Array, "n ..."], trans: bool = False) -> Float[Array, "n ..."]:
@@ -275,87 +256,26 @@ def lu_solve(factor, b: Float[Array, "n ..."], trans: bool = False) -> Float[Arr
     lu, perm = factor
     return jax.lax.platform_dependent(
         lu, perm, jnp.asarray(b),
-        cpu=functools.partial(_lu_solve_loop, trans=trans), default=functools.partial(_lu_solve_native, trans=trans),
+        cpu=functools.partial(_lu_solve_lapack, trans=trans), default=functools.partial(_lu_solve_native, trans=trans),
     )  # fmt: skip
-
-
-# ------------------------------------------------------------------ LU without pivoting (the NCP's solves)
-
-
-def _lu_factor_unpivoted(a):
-    """Doolittle LU without pivoting: n dependent steps of one fused rank-1 update each (the
-    pivot search and the pivot row's gather of `_lu_factor_loop` are reductions that XLA cannot
-    fuse with it). A pivot smaller than eps times its row's largest entry keeps its sign and is
-    raised to that size (the factor of a nearby matrix, as `cho_factor` clamps)."""
-    n = a.shape[-1]
-    idx = jnp.arange(n, dtype=jnp.int32)
-    floors = jnp.finfo(a.dtype).eps * jnp.max(jnp.abs(a), axis=1) + jnp.finfo(a.dtype).tiny
-
-    def eliminate(k, lu):
-        row = lu[k]
-        pivot, floor = row[k], floors[k]
-        pivot = jnp.where(jnp.abs(pivot) < floor, jnp.where(pivot < 0, -floor, floor), pivot)
-        row = jnp.where(idx == k, pivot, row)
-        factors = jnp.where(idx > k, lu[:, k] / pivot, 0.0)
-        lu = jnp.where((idx == k)[:, None], row[None, :], lu - jnp.outer(factors, jnp.where(idx > k, row, 0.0)))
-        return jnp.where((idx == k)[None, :] & (idx > k)[:, None], factors[:, None], lu)
-
-    return _rows_loop(n, eliminate, a)
 
 
 def factor_for_solves(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[Array, " n"]]:
-    """(lu, perm) as `lu_factor`, for `solve_with`: on the CPU without pivoting
-    (`_lu_factor_unpivoted`; perm the identity), elsewhere XLA's (cuBLAS batched getrf on GPUs).
-
-    Meant for matrices whose leading blocks stay well away from singular (the NCP's reduced Newton
-    matrix: the mass matrix plus contact terms, the equality rows last). Humanoid NCP iteration
-    (2-core CPU, float32), against `lu_factor` / `lu_solve`: 92 -> 62 us (1 world), 956 -> 670 us
-    (16 worlds) together with the NCP's residual reuse and unit-block products, at the same
-    iteration counts. (An explicit inverse was as fast but, not backward stable, left 79 of
-    50 000 humanoid steps unconverged against 53, even with two refinement steps.)
-    """
+    """`lu_factor` for matrices that may be singular within the working precision (the NCP's reduced
+    Newton matrix): a pivot of U smaller than eps times the largest entry of its row of a keeps its
+    sign and is raised to that size (the factor of a nearby matrix, as `cho_factor` shifts), so
+    `solve_with` never divides by zero."""
     a = jnp.asarray(a)
-    n = a.shape[-1]
-    return jax.lax.platform_dependent(
-        a, cpu=lambda a: (_lu_factor_unpivoted(a), jnp.arange(n, dtype=jnp.int32)), default=_lu_factor_native
-    )
-
-
-def _substitute_by_columns(t, b, lower: bool, unit_diagonal: bool, columns: bool = True):
-    """Solve T x = b for triangular T by columns: once x_k is known, x_k times T's column k leaves
-    the right-hand side (columns=False: T's row k, i.e. solve T^T x = b with T^T triangular the
-    other way). Each step is one elementwise update (`_triangular_solve`'s row form takes a dot and
-    a scatter per row, each a separate kernel under vmap)."""
-    n = t.shape[0]
-    idx = jnp.arange(n, dtype=jnp.int32)
-
-    def step(i, y):
-        k = i if lower else n - 1 - i
-        col = t[:, k] if columns else t[k, :]
-        xk = y[k] if unit_diagonal else y[k] / t[k, k]
-        rest = (idx > k) if lower else (idx < k)
-        return jnp.where(idx == k, xk, y - xk * jnp.where(rest, col, 0.0))
-
-    return _rows_loop(n, step, b)
-
-
-def _lu_solve_unpivoted(lu, b, trans: bool):
-    if not trans:  # L U x = b
-        y = _substitute_by_columns(lu, b, lower=True, unit_diagonal=True)
-        return _substitute_by_columns(lu, y, lower=False, unit_diagonal=False)
-    # U^T L^T x = b: U^T is lower (its columns are U's rows), L^T upper
-    y = _substitute_by_columns(lu, b, lower=True, unit_diagonal=False, columns=False)
-    return _substitute_by_columns(lu, y, lower=False, unit_diagonal=True, columns=False)
+    lu, perm = lu_factor(a)
+    floor = jnp.finfo(a.dtype).eps * jnp.max(jnp.abs(a), axis=1)[perm] + jnp.finfo(a.dtype).tiny
+    pivot = jnp.diagonal(lu)
+    pivot = jnp.where(jnp.abs(pivot) < floor, jnp.where(pivot < 0, -floor, floor), pivot)
+    return lu.at[jnp.diag_indices(a.shape[-1])].set(pivot), perm
 
 
 def solve_with(factor, b: Float[Array, " n"], trans: bool = False) -> Float[Array, " n"]:
-    """a^-1 b (trans: a^-T b) from `factor_for_solves`'s (lu, perm) (b a vector)."""
-    lu, perm = factor
-    return jax.lax.platform_dependent(
-        lu, perm, jnp.asarray(b),
-        cpu=lambda lu, perm, b: _lu_solve_unpivoted(lu, b, trans),
-        default=functools.partial(_lu_solve_native, trans=trans),
-    )  # fmt: skip
+    """a^-1 b (trans: a^-T b) from `factor_for_solves`'s (lu, perm)."""
+    return lu_solve(factor, b, trans)
 
 
 def solve(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n"]:

@@ -47,17 +47,17 @@ def scene():
 # jaxlib 0.10 runs a LAPACK kernel's batch on the calling thread below this many flops and splits it
 # over XLA's thread pool (the deadlock of issue #11) above; its per-matrix costs (lapack_kernels.cc)
 _LAPACK_INLINE_WORK = 200_000
-_LAPACK_COST = {"potrf": lambda a: a[-1] ** 3 // 3, "trsm": lambda a, b: b[-2] ** 2 * b[-1]}
+_LAPACK_COST = {"potrf": lambda a: a[-1] ** 3 // 3, "getrf": lambda a: a[-1] ** 3, "trsm": lambda a, b: b[-2] ** 2 * b[-1]}
 
 
 def _lapack_work(text: str) -> list[tuple[str, int]]:
     """(kernel, batch x per-matrix cost) of every custom call of a lowered module; only LAPACK's
-    potrf and trsm are allowed (anything else fails the parse)."""
+    potrf, getrf and trsm are allowed (anything else fails the parse)."""
     calls = []
     for line in text.splitlines():
         if "custom_call" not in line:
             continue
-        m = re.search(r"custom_call @lapack_[sd](potrf|trsm)_ffi\(.*: \((.*?)\) ->", line)
+        m = re.search(r"custom_call @lapack_[sd](potrf|getrf|trsm)_ffi\(.*: \((.*?)\) ->", line)
         assert m, line.strip()[:200]
         shapes = [tuple(int(d) for d in t.split("x")[:-1]) for t in re.findall(r"tensor<([^>]*)>", m.group(2))]
         calls.append((m.group(1), int(np.prod(shapes[0][:-2])) * _LAPACK_COST[m.group(1)](*shapes)))
@@ -97,7 +97,7 @@ def test_batched_step_and_gradient_keep_lapack_off_the_thread_pool_and_products_
     step_text = jax.jit(jax.vmap(lambda v: jsn.step(model, data.replace(qvel=v)))).lower(batch).as_text()
     grad_text = jax.jit(jax.vmap(jax.grad(loss))).lower(batch).as_text()
     calls = _lapack_work(step_text) + _lapack_work(grad_text)
-    assert {kernel for kernel, _ in calls} == {"potrf", "trsm"}
+    assert {kernel for kernel, _ in calls} == {"potrf", "getrf", "trsm"}  # Cholesky and LU
     assert max(work for _, work in calls) < _LAPACK_INLINE_WORK
     assert "dot_general" in grad_text
     assert _low_precision_products(step_text) == [] and _low_precision_products(grad_text) == []

@@ -33,7 +33,7 @@ about 1e-8 L and creeps at most 1e-8 L per step.
 
 Algorithm (Mehrotra predictor-corrector, Dojo Alg. 2): at each iteration the Newton
 system of the residual is reduced per unit (each 8x8 block inverted in closed form) to
-one (nv + ne) system, LU-factored once (`linalg.factor_for_solves`: unpivoted on the CPU) and
+one (nv + ne) system, LU-factored once (`linalg.factor_for_solves`: partial pivoting, tiny pivots raised) and
 applied to three right-hand sides: an
 affine step aiming at complementarity kappa (not 0: then it and the corrector vanish at
 the solution), the cone line search (eqs. 41-46), centering sigma = (mu_aff / mu)^3
@@ -727,7 +727,7 @@ def solve(
     if solved is not None:
         x0, status = solved[0], (solved[1], solved[2])
     else:
-        x0 = jax.lax.stop_gradient(initial_point(p))
+        x0 = initial_point(jax.lax.stop_gradient(p))  # LAPACK's solves have no derivative rules
     if start is not None:
         *warm, use = start
         restart = (x0, jnp.where(use, _WARM_RESTART, -1))
