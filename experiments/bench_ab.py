@@ -10,7 +10,8 @@ fastest fifth of calls is what to read.
 Workloads, built by the benchmarks' own code for the MJX test humanoid (float32): ``fwdB`` =
 `bench_contact.batched_rollout` over B worlds (T = 100 for B < 64, else 20); ``grad`` =
 `bench_grad.build`'s configuration (e), the 100-step implicit gradient at MJX's settings; ``gradB`` =
-the same over B worlds (T = 20 for B >= 16).
+the same over B worlds (T = 20 for B >= 16); ``ncpB`` = ``fwdB`` with the NCP solver (T = 20, or 5 for
+B >= 64).
 
     .venv/bin/python experiments/bench_ab.py HEAD~1 HEAD
     .venv/bin/python experiments/bench_ab.py main WORKTREE --work fwd1,fwd256,grad --repeats 60
@@ -67,20 +68,23 @@ def workloads(pkg: str, names: list[str]) -> dict:
         if w.startswith("fwd"):
             batch = int(w[3:])
             out[w] = batched_rollout("humanoid", "ours", batch, 100 if batch < 64 else 20, seed=0)
+        elif w.startswith("ncp"):
+            batch = int(w[3:])
+            out[w] = batched_rollout("humanoid", "ours", batch, 20 if batch < 64 else 5, seed=0, options=dict(solver="ncp"))
         elif w.startswith("grad"):
             batch = int(w[4:] or 1)
             fn, args = build("humanoid", "implicit1", solver_settings(None, "humanoid", full=False), 100 if batch < 16 else 20,
                              batch, 0, 0)
             out[w] = (jax.jit(fn), args)
         else:
-            raise ValueError(f"unknown workload {w!r} (fwdB, grad or gradB)")
+            raise ValueError(f"unknown workload {w!r} (fwdB, ncpB, grad or gradB)")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("refs", nargs=2, help="two git refs (or WORKTREE): A, then B")
-    parser.add_argument("--work", default="fwd1,fwd256,grad", help="comma-separated: fwdB (B worlds), grad, gradB")
+    parser.add_argument("--work", default="fwd1,fwd256,grad", help="comma-separated: fwdB (B worlds), ncpB, grad, gradB")
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per version and workload")
     args = parser.parse_args()
     work = args.work.split(",")

@@ -188,38 +188,13 @@ def solve_spd_blocks(a: Float[Array, "n n"], b: Float[Array, " n"], blocks: tupl
 # ------------------------------------------------------------------ LU (partial pivoting)
 
 
-def _lu_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> tuple[Float[Array, "b n n"], Int[Array, "b n"]]:
-    def getrf(a):
-        lu, _, perm = jax.lax.linalg.lu(a)
-        return lu, perm.astype(jnp.int32)
-
-    return _lapack(getrf, a.shape[-1] ** 3, threaded, a)  # jaxlib's cost of getrf
-
-
-def _lu_solve_batch(lu, perm, b: Float[Array, "b n k"], threaded: bool, trans: bool) -> Float[Array, "b n k"]:
-    """a x = b (trans: a^T x = b) with a[perm] = L U: L U x = b[perm]; U^T L^T (P x) = b."""
-    solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, transpose_a=trans)
-
-    def kernel(lu, perm, b):
-        if not trans:
-            rows = jnp.take_along_axis(b, perm[..., None], axis=1)
-            return solve(lu, solve(lu, rows, lower=True, unit_diagonal=True), lower=False)
-        y = solve(lu, solve(lu, b, lower=False), lower=True, unit_diagonal=True)
-        return jax.vmap(lambda y, p: jnp.zeros_like(y).at[p].set(y))(y, perm)
-
-    return _lapack(kernel, lu.shape[-1] ** 2 * b.shape[-1], threaded, lu, perm, b)  # jaxlib's cost of trsm
-
-
-_lu_factor_cpu = _batch_function(functools.partial(_lu_factor_batch, threaded=False))
-_lu_solve_cpu = {t: _batch_function(functools.partial(_lu_solve_batch, threaded=False, trans=t)) for t in (False, True)}
-
-
 def _lu_factor_native(a):
     lu, _, perm = jax.lax.linalg.lu(a)
     return lu, perm.astype(jnp.int32)
 
 
 def _lu_solve_native(lu, perm, b, trans: bool):
+    """a x = b (trans: a^T x = b) with a[perm] = L U: L U x = b[perm]; U^T L^T (P x) = b."""
     column = b.ndim == 1
     b = b[:, None] if column else b
     solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, transpose_a=trans)
@@ -229,6 +204,19 @@ def _lu_solve_native(lu, perm, b, trans: bool):
         y = solve(lu, solve(lu, b, lower=False), lower=True, unit_diagonal=True)
         x = jnp.zeros_like(y).at[perm].set(y)
     return x[:, 0] if column else x
+
+
+def _lu_factor_batch(a: Float[Array, "b n n"]) -> tuple[Float[Array, "b n n"], Int[Array, "b n"]]:
+    return _lapack(_lu_factor_native, a.shape[-1] ** 3, False, a)  # jaxlib's cost of getrf
+
+
+def _lu_solve_batch(lu, perm, b: Float[Array, "b n k"], trans: bool) -> Float[Array, "b n k"]:
+    kernel = jax.vmap(functools.partial(_lu_solve_native, trans=trans))  # one batched trsm per triangle
+    return _lapack(kernel, lu.shape[-1] ** 2 * b.shape[-1], False, lu, perm, b)  # jaxlib's cost of trsm
+
+
+_lu_factor_cpu = _batch_function(_lu_factor_batch)
+_lu_solve_cpu = {t: _batch_function(functools.partial(_lu_solve_batch, trans=t)) for t in (False, True)}
 
 
 def _lu_factor_lapack(a):
@@ -264,18 +252,13 @@ def factor_for_solves(a: Float[Array, "n n"]) -> tuple[Float[Array, "n n"], Int[
     """`lu_factor` for matrices that may be singular within the working precision (the NCP's reduced
     Newton matrix): a pivot of U smaller than eps times the largest entry of its row of a keeps its
     sign and is raised to that size (the factor of a nearby matrix, as `cho_factor` shifts), so
-    `solve_with` never divides by zero."""
+    `lu_solve` never divides by zero."""
     a = jnp.asarray(a)
     lu, perm = lu_factor(a)
     floor = jnp.finfo(a.dtype).eps * jnp.max(jnp.abs(a), axis=1)[perm] + jnp.finfo(a.dtype).tiny
     pivot = jnp.diagonal(lu)
     pivot = jnp.where(jnp.abs(pivot) < floor, jnp.where(pivot < 0, -floor, floor), pivot)
     return lu.at[jnp.diag_indices(a.shape[-1])].set(pivot), perm
-
-
-def solve_with(factor, b: Float[Array, " n"], trans: bool = False) -> Float[Array, " n"]:
-    """a^-1 b (trans: a^-T b) from `factor_for_solves`'s (lu, perm)."""
-    return lu_solve(factor, b, trans)
 
 
 def solve(a: Float[Array, "n n"], b: Float[Array, " n"]) -> Float[Array, " n"]:

@@ -174,16 +174,16 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
              for fn in (linalg.solve_spd, lambda m, v: linalg.solve_spd_blocks(m, v, blocks))]
     np.testing.assert_allclose(grads[1][1], grads[0][1], rtol=1e-12)
     np.testing.assert_allclose(grads[1][0], np.where(same, grads[0][0], 0.0), rtol=1e-12, atol=1e-15)
-    # the NCP's solves (CPU: LU without pivoting), float64 and, on a nonsymmetric matrix of condition
+    # the NCP's solves (pivots floored), float64 and, on a nonsymmetric matrix of condition
     # ~1e6 (positive-definite symmetric part), float32 backward error
     k = rng.normal(size=(8, 8))
     u = np.linalg.qr(rng.normal(size=(8, 8)))[0]
     c = u @ np.diag(np.logspace(0, 6, 8)) @ u.T + (k - k.T)
     r = rng.normal(size=8)
-    solve_with = jax.jit(lambda m, v, t: linalg.solve_with(linalg.factor_for_solves(m), v, t), static_argnums=2)
+    floored_solve = jax.jit(lambda m, v, t: linalg.lu_solve(linalg.factor_for_solves(m), v, t), static_argnums=2)
     for trans in (False, True):
-        np.testing.assert_allclose(solve_with(c, r, trans), np.linalg.solve(c.T if trans else c, r), rtol=1e-9)
-        x = np.asarray(solve_with(jnp.asarray(c, jnp.float32), jnp.asarray(r, jnp.float32), trans), np.float64)
+        np.testing.assert_allclose(floored_solve(c, r, trans), np.linalg.solve(c.T if trans else c, r), rtol=1e-9)
+        x = np.asarray(floored_solve(jnp.asarray(c, jnp.float32), jnp.asarray(r, jnp.float32), trans), np.float64)
         backward_error = np.linalg.norm(r - (c.T if trans else c) @ x) / (np.linalg.norm(c, 2) * np.linalg.norm(x))
         assert backward_error < 10 * np.finfo(np.float32).eps, backward_error
     # positive definite, but beyond float32's precision: finite factor instead of NaN
@@ -216,7 +216,19 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
         for i in range(5):
             np.testing.assert_array_equal(lowers[i], single[i][0])
             np.testing.assert_array_equal(xs[i], single[i][1])
+    # the LU likewise (5 x 40^3 flops: two chunks of 3, the second padded)
+    g = rng.normal(size=(5, 40, 40))
+    rhs40 = rng.normal(size=(5, 40))
+    lu_and_solve = lambda m, v: (linalg.lu_factor(m)[0], linalg.lu_solve(linalg.lu_factor(m), v, trans=True))  # noqa: E731
+    lus, xs = jax.jit(jax.vmap(lu_and_solve))(g, rhs40)
+    for i in range(5):
+        lu, x = jax.jit(lu_and_solve)(g[i], rhs40[i])
+        np.testing.assert_array_equal(lus[i], lu)
+        np.testing.assert_array_equal(xs[i], x)
+        np.testing.assert_allclose(x, np.linalg.solve(g[i].T, rhs40[i]), rtol=1e-8)
     assert np.all(np.isfinite(np.asarray(solve_spd(a32, jnp.ones(6, jnp.float32)))))
+    # a singular matrix: the NCP's factor raises the zero pivot, its solves stay finite
+    assert np.all(np.isfinite(np.asarray(floored_solve(jnp.asarray([[1.0, 2.0], [2.0, 4.0]]), jnp.ones(2), True))))
 
 
 

@@ -300,7 +300,7 @@ def newton_direction(factor: Factor, p: Problem, r) -> Array:
     r_v, r_e, r_u = _unpack(r, p)
     Ainv_r = _blocks_times(factor.unit_inv, r_u)  # (nu, 8)
     rhs_v = -r_v - jnp.einsum("ckn,ck->n", p.J, _unit_force(Ainv_r, p))
-    d = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, -r_e]))
+    d = linalg.lu_solve(factor.system, jnp.concatenate([rhs_v, -r_e]))
     dv, dle = d[:nv], d[nv:]
     du = -(Ainv_r + _blocks_times(factor.AinvB, jnp.einsum("ckn,n->ck", _velocity_rows(p), dv)))
     return _pack(dv, dle, du)
@@ -313,7 +313,7 @@ def transposed_solve(factor: Factor, p: Problem, b) -> Array:
     b_v, b_e, b_u = _unpack(b, p)
     Bt_Ainvt_b = _blocks_transposed_times(factor.AinvB, b_u)  # (A^-1 B)^T b_u, (nu, 3)
     rhs_v = b_v - jnp.einsum("ckn,ck->n", _velocity_rows(p), Bt_Ainvt_b)
-    y = linalg.solve_with(factor.system, jnp.concatenate([rhs_v, b_e]), trans=True)
+    y = linalg.lu_solve(factor.system, jnp.concatenate([rhs_v, b_e]), trans=True)
     y_v, y_e = y[:nv], y[nv:]
     FtJy = _unit_force_transposed(jnp.einsum("ckn,n->ck", p.J, y_v), p)
     y_u = _blocks_transposed_times(factor.unit_inv, b_u + FtJy)
