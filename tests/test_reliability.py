@@ -207,7 +207,11 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     k = rng.normal(size=(5, 60, 60))
     spd60 = k @ k.transpose(0, 2, 1) + 60 * np.eye(60)
     rhs60 = rng.normal(size=(5, 60))
-    factor_and_solve = lambda m, v: (linalg.cho_factor(m), linalg.cho_solve(linalg.cho_factor(m), v))  # noqa: E731
+
+    def factor_and_solve(m, v):
+        lower = linalg.cho_factor(m)
+        return lower, linalg.cho_solve(lower, v)
+
     single = [jax.jit(factor_and_solve)(spd60[i], rhs60[i]) for i in range(5)]
     for fn, args in ((jax.vmap(factor_and_solve), (spd60, rhs60)),
                      (jax.vmap(jax.vmap(factor_and_solve), in_axes=(None, 0)), (spd60, np.stack([rhs60, rhs60])))):
@@ -219,7 +223,11 @@ def test_linalg_matches_numpy_and_stays_finite_when_ill_conditioned():
     # the LU likewise (5 x 40^3 flops: two chunks of 3, the second padded)
     g = rng.normal(size=(5, 40, 40))
     rhs40 = rng.normal(size=(5, 40))
-    lu_and_solve = lambda m, v: (linalg.lu_factor(m)[0], linalg.lu_solve(linalg.lu_factor(m), v, trans=True))  # noqa: E731
+
+    def lu_and_solve(m, v):
+        factor = linalg.lu_factor(m)
+        return factor[0], linalg.lu_solve(factor, v, trans=True)
+
     lus, xs = jax.jit(jax.vmap(lu_and_solve))(g, rhs40)
     for i in range(5):
         lu, x = jax.jit(lu_and_solve)(g[i], rhs40[i])
