@@ -156,6 +156,15 @@ class Group:
     xml: tuple[str, ...] = ()  # the scenes' MJCF (`mujoco_energies`)
 
 
+def structure_model(structure: Structure, mj: mujoco.MjModel, dtype=None) -> jsn.Model:
+    """Our model of one scene with the structure's options."""
+    return jsn.from_mujoco(
+        mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,
+        ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, solver=structure.solver, dtype=dtype,
+        cfd=jsn.CFD(width=structure.cfd_width) if structure.cfd_width > 0 else None, max_geom_pairs=structure.max_geom_pairs,
+    )
+
+
 def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
     """n random scenes of one structure, their models stacked for vmap."""
     rng = np.random.default_rng(seed)
@@ -170,14 +179,7 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         poses = np.round(np.concatenate([mj.body_pos, mj.body_quat], axis=1)[1:], 12)
         coincident = len(np.unique(poses, axis=0)) < len(poses)
         apart.append(all(md.contact[i].dist >= 0 for i in range(md.ncon)) and not coincident)
-        models.append(
-            jsn.from_mujoco(
-                mj, cone=structure.cone, integrator=structure.integrator, iterations=structure.iterations,
-                ls_iterations=structure.ls_iterations, grad_mode=structure.grad_mode, solver=structure.solver, dtype=dtype,
-                cfd=jsn.CFD(width=structure.cfd_width) if structure.cfd_width > 0 else None,
-                max_geom_pairs=structure.max_geom_pairs,
-            )
-        )
+        models.append(structure_model(structure, mj, dtype))
         qpos.append(md.qpos.copy())
         v = np.concatenate([np.r_[rng.normal(scale=1.0, size=3), rng.normal(scale=3.0, size=3)] for _ in structure.types])
         qvel.append(v * (rng.uniform() > 0.25))  # a quarter of the scenes start at rest
@@ -218,18 +220,30 @@ def energy(model: jsn.Model, data: jsn.Data) -> jax.Array:
     return kinetic + potential
 
 
-def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
-    """One scene: (all states finite, gradient finite, energies (steps+1,), diverged, gradient norm,
-    steps whose solver did not converge)."""
+def loss_of_final(final: jsn.Data) -> jax.Array:
+    """The fuzz's rollout loss: |qpos[:3]|^2 + |qvel|^2 of the final state."""
+    return jnp.sum(final.qpos[:3] ** 2) + jnp.sum(final.qvel**2)
+
+
+def rollout_gradient(model: jsn.Model, qpos, qvel, steps: int):
+    """One scene's unactuated rollout from (qpos, qvel): (final, traj, (d loss / d qvel, d loss / d geom_friction))."""
     data = jsn.make_data(model).replace(qpos=qpos)
     ctrl = jnp.zeros((steps, model.nu), model.dtype)
 
     def loss(v0, friction):
         m = eqx.tree_at(lambda m: m.geom_friction, model, friction)
         final, traj = jsn.rollout(m, data.replace(qvel=v0), ctrl, checkpoint=50 if steps > 50 else False)
-        return jnp.sum(final.qpos[:3] ** 2) + jnp.sum(final.qvel**2), (final, traj)
+        return loss_of_final(final), (final, traj)
 
     (_, (final, traj)), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(qvel, model.geom_friction)
+    return final, traj, grads
+
+
+def rollout_check(model: jsn.Model, qpos, qvel, steps: int):
+    """One scene: (all states finite, gradient finite, energies (steps+1,), diverged, gradient norm,
+    steps whose solver did not converge)."""
+    data = jsn.make_data(model).replace(qpos=qpos)
+    final, traj, grads = rollout_gradient(model, qpos, qvel, steps)
     states_finite = jnp.all(jnp.isfinite(traj.qpos)) & jnp.all(jnp.isfinite(traj.qvel))
     grad_finite = jnp.all(jnp.isfinite(grads[0])) & jnp.all(jnp.isfinite(grads[1]))
     e0 = energy(model, data.replace(qvel=qvel))

@@ -68,30 +68,43 @@ def _triage_rise(group: fuzz.Group, k: int, qpos, qvel, ours, window: int) -> No
           + (f" (its warning and reset at step {t0 + warned})" if warned >= 0 else ""))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_group_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that pick a run's group and scenes (`chosen_group`)."""
     parser.add_argument("--scenes", type=int, required=True, help="the run's group size (--scenes with --group equal)")
     parser.add_argument("--only", type=int, nargs="+", required=True, help="scene indices to re-check")
     parser.add_argument("--make-group-seed", type=int, default=None,
                         help="a group's seed as a FAIL line prints it (`--one-structure` runs): that group of the run's structure")
-    parser.add_argument("--steps", type=int, default=500)
-    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
-                        help="float32: replay as the run had it (a NaN there, +-inf since rollout rescales its adjoint)")
-    parser.add_argument("--mujoco", action="store_true",
-                        help="also run each scene in MuJoCo C (float64) and print its energy rise: is a rise the integrator's?")
     fuzz.add_structure_arguments(parser)  # as the run had them
-    args = parser.parse_args()
-    jax.config.update("jax_enable_x64", True)
-    dtype = jnp.dtype(args.dtype)
+
+
+def chosen_group(args: argparse.Namespace, dtype, keep_all: bool = False) -> fuzz.Group:
+    """The group of a `fuzz.py` run that `add_group_arguments` name: the run's first group, or the
+    one of `--make-group-seed`; only the `--only` scenes unless keep_all."""
     rng = np.random.default_rng(args.seed)
     if args.make_group_seed is None:
         group = fuzz.next_group(rng, args.scenes, args, dtype=dtype)  # the run's first
     else:
         group = fuzz.make_group(fuzz.run_structure(rng, args), args.scenes, args.make_group_seed, dtype=dtype)
-    structure = group.structure
+    if keep_all:
+        return group
     idx = np.asarray(args.only)
-    group = fuzz.Group(structure, jax.tree.map(lambda x: x[idx], group.model), group.qpos[idx], group.qvel[idx], group.apart[idx],
-                       group.seed, tuple(group.xml[i] for i in idx))
+    return fuzz.Group(group.structure, jax.tree.map(lambda x: x[idx], group.model), group.qpos[idx], group.qvel[idx],
+                      group.apart[idx], group.seed, tuple(group.xml[i] for i in idx))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_group_arguments(parser)
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--dtype", choices=("float64", "float32"), default="float64",
+                        help="float32: replay as the run had it (a NaN there, +-inf since rollout rescales its adjoint)")
+    parser.add_argument("--mujoco", action="store_true",
+                        help="also run each scene in MuJoCo C (float64) and print its energy rise: is a rise the integrator's?")
+    args = parser.parse_args()
+    jax.config.update("jax_enable_x64", True)
+    dtype = jnp.dtype(args.dtype)
+    group = chosen_group(args, dtype)
+    structure, idx = group.structure, np.asarray(args.only)
     print(structure, f"{args.dtype}, {args.steps} steps", flush=True)
     states_ok, grad_ok, energies, diverged, gnorm, unconverged = fuzz.check_group(group, args.steps)
     rise, too_much = fuzz.energy_gain(group, energies)
