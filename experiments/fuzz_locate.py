@@ -24,7 +24,6 @@ If the chain stays finite while the program's gradient is NaN, the NaN is the fu
 from __future__ import annotations
 
 import argparse
-import math
 
 import equinox as eqx
 import jax
@@ -116,12 +115,11 @@ def replay(group: fuzz.Group, steps: int, only: np.ndarray, keep_step: int = -1)
     chained_qvel = np.exp(log_scale)[:, None] * np.asarray(cotangent.qvel, np.float64)
     results = []
     for k, i in enumerate(only):
-        chained = math.sqrt(np.sum(chained_qvel[k] ** 2) + np.sum(fric[k] ** 2))
-        results.append(dict(scene=int(i), program_norm=float(gnorm[i]), chained_norm=chained,
-                            first_nonfinite_step=int(first_bad[k]), forward_deviation=float(deviation[k]),
-                            program_vs_chained=float(np.linalg.norm(np.r_[np.asarray(g_qvel[k], np.float64) - chained_qvel[k],
-                                                                       (np.asarray(g_fric[k], np.float64) - fric[k]).ravel()])),
-                            saved=saved[k]))
+        chained = np.r_[chained_qvel[k], fric[k].ravel()]
+        program = np.r_[np.asarray(g_qvel[k], np.float64), np.asarray(g_fric[k], np.float64).ravel()]
+        results.append(dict(scene=int(i), program_norm=float(gnorm[i]), chained_norm=float(np.linalg.norm(chained)),
+                            program_vs_chained=float(np.linalg.norm(program - chained)), first_nonfinite_step=int(first_bad[k]),
+                            forward_deviation=float(deviation[k]), saved=saved[k]))
     return results
 
 
