@@ -150,7 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", True)
     if args.reproduce:
-        structure = fuzz_recheck.chosen_group(args, jnp.dtype(args.dtype)).structure
+        structure = fuzz.run_structure(np.random.default_rng(args.seed), args)  # a run's first draw (`chosen_group`)
         reproduce(args.reproduce, structure, jnp.dtype(args.dtype))
         return
     group = fuzz_recheck.chosen_group(args, jnp.dtype(args.dtype), keep_all=True)  # the whole batch: the same program
