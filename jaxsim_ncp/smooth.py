@@ -10,6 +10,7 @@ each kinematic tree (`subtree_com` of its root body), as in MuJoCo.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
@@ -102,14 +103,29 @@ def kinematics(model: Model, data: Data) -> Data:
         local_p = local_p.at[bodies].set(new_p)
         local_q = local_q.at[bodies].set(new_q)
 
-    # Compose along the tree, one vectorized update per depth level.
+    # Compose along the tree, one vectorized update per depth level, in a loop over the levels: the
+    # program's size does not grow with the tree's depth (a loop of one or two levels is unrolled).
     parent = np.asarray(topo.body_parentid, dtype=np.int64)
-    xpos = jnp.zeros((nbody, 3), dt)
-    xquat = identity_q
-    for level in topo.depth_levels:
-        p = parent[level]
-        xpos = xpos.at[level].set(xpos[p] + math.quat_rotate(xquat[p], local_p[level]))
-        xquat = xquat.at[level].set(math.normalize(math.quat_mul(xquat[p], local_q[level])))
+    level_bodies, level_parents = topo.depth_level_table
+    looped = len(level_bodies) > 2
+    if looped:  # the row is traced: index the tables as arrays
+        level_bodies, level_parents = jnp.asarray(level_bodies), jnp.asarray(level_parents)
+
+    def compose(row, frames):
+        xpos, xquat = frames
+        bodies, p = level_bodies[row], level_parents[row]
+        own = (jnp if looped else np).minimum(bodies, nbody - 1)  # padding reads some body; its writes are dropped
+        xpos = xpos.at[bodies].set(xpos[p] + math.quat_rotate(xquat[p], local_p[own]), mode="drop")
+        xquat = xquat.at[bodies].set(math.normalize(math.quat_mul(xquat[p], local_q[own])), mode="drop")
+        return xpos, xquat
+
+    frames = (jnp.zeros((nbody, 3), dt), identity_q)
+    if looped:
+        frames = jax.lax.fori_loop(0, len(level_bodies), compose, frames)
+    else:
+        for row in range(len(level_bodies)):
+            frames = compose(row, frames)
+    xpos, xquat = frames
     xmat = math.quat_to_mat(xquat)
 
     # Joint anchors and axes, from the global frame just before each joint acts.

@@ -212,6 +212,18 @@ class Topology:
         return tuple(np.nonzero(depth == d)[0] for d in range(1, int(depth.max(initial=0)) + 1))
 
     @functools.cached_property
+    def depth_level_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """`depth_levels` as two (depth, width) tables, bodies and their parents, one row per level;
+        rows padded with body id nbody (out of range: writes there are dropped) and parent 0."""
+        width = max((len(level) for level in self.depth_levels), default=0)
+        bodies = np.full((len(self.depth_levels), width), len(self.body_parentid), dtype=np.int32)
+        parents = np.zeros_like(bodies)
+        for row, level in enumerate(self.depth_levels):
+            bodies[row, : len(level)] = level
+            parents[row, : len(level)] = np.asarray(self.body_parentid)[level]
+        return bodies, parents
+
+    @functools.cached_property
     def body_ancestor(self) -> np.ndarray:
         """A[b, c] = body c is b or an ancestor of b (world is everyone's ancestor)."""
         n = len(self.body_parentid)
