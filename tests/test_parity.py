@@ -195,3 +195,39 @@ def test_polynomial_stiffness_and_damping_match_mujoco(integrator):
     ref = mujoco_rollout(m, d, ctrl, lambda d: np.concatenate([d.qpos, d.qvel]))
     assert np.max(np.abs(np.concatenate([traj.qpos, traj.qvel], axis=1) - ref)) < 1e-8
     assert not bool(final.diverged)
+
+
+def _limb(depth: int, joint: str) -> str:
+    """A chain of `depth` bodies hanging from the current body, each with `joint` and a capsule."""
+    bodies = "".join(
+        f'<body pos="0.05 0.1 -0.2" quat="0.9 0.1 0.3 -0.2"><joint type="{joint}" axis="0.3 1 0.2"/>'
+        '<geom type="capsule" size="0.03" fromto="0 0 0 0 0 -0.2"/>'
+        for _ in range(depth)
+    )
+    return bodies + "</body>" * depth
+
+
+def test_tree_frames_match_mujoco_and_their_program_does_not_grow_with_depth():
+    """Body frames of a branching tree whose depth levels differ in width (limbs of depth 1 to 5 on a
+    free torso, hinge, ball and slide joints) against mj_kinematics; the kinematics' traced program
+    is the same size for a 4- and a 12-link chain (the levels run in one loop)."""
+    limbs = _limb(1, "hinge") + _limb(3, "ball") + _limb(5, "hinge") + _limb(2, "slide")
+    xml = f'<mujoco><worldbody><body pos="0 0 2"><freejoint/><geom size="0.1"/>{limbs}</body></worldbody></mujoco>'
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jsn.from_mujoco(m)
+    kinematics = jax.jit(lambda data: jsn.smooth.kinematics(model, data))
+    rng = np.random.default_rng(3)
+    for _ in range(2):
+        d = random_state(m, rng)
+        mujoco.mj_kinematics(m, d)
+        out = kinematics(to_data(model, d))
+        assert rel_err(out.xpos, d.xpos) < 1e-12
+        assert rel_err(out.xquat, d.xquat) < 1e-12
+        assert rel_err(out.xanchor, d.xanchor) < 1e-12
+        assert rel_err(out.xaxis, d.xaxis) < 1e-12
+
+    def size(depth: int) -> int:
+        chain = jsn.from_mujoco(mujoco.MjModel.from_xml_string(f"<mujoco><worldbody>{_limb(depth, 'ball')}</worldbody></mujoco>"))
+        return len(jax.make_jaxpr(lambda data: jsn.smooth.kinematics(chain, data))(jsn.make_data(chain)).eqns)
+
+    assert size(4) == size(12)
