@@ -133,8 +133,9 @@ def kinematics(model: Model, data: Data) -> Data:
     frame_p = xpos[jbody_parent] + math.quat_rotate(xquat[jbody_parent], pre_p)
     frame_q = math.quat_mul(xquat[jbody_parent], pre_q)
     is_free = (np.asarray(topo.jnt_type, dtype=np.int64) == JointType.FREE)[:, None]
-    xanchor = jnp.where(is_free, jnt_t, frame_p + math.quat_rotate(frame_q, model.jnt_pos))
-    xaxis = jnp.where(is_free, jnp.array([0.0, 0.0, 1.0], dt), math.quat_rotate(frame_q, model.jnt_axis))
+    frame_mat = math.quat_to_mat(frame_q)  # quat_rotate(frame_q, .) twice, its matrix computed once
+    xanchor = jnp.where(is_free, jnt_t, frame_p + jnp.einsum("jik,jk->ji", frame_mat, model.jnt_pos))
+    xaxis = jnp.where(is_free, jnp.array([0.0, 0.0, 1.0], dt), jnp.einsum("jik,jk->ji", frame_mat, model.jnt_axis))
 
     xipos = xpos + jnp.einsum("bij,bj->bi", xmat, model.body_ipos)
     ximat = xmat @ math.quat_to_mat(model.body_iquat)
