@@ -93,10 +93,7 @@ enter.defvjp(_enter_fwd, _enter_bwd, symbolic_zeros=True)
 
 
 @jax.custom_vjp
-def renormalize(data, ls, taps):
-    """Identity on (data, ls); the backward pass scales data's cotangent down to at most 1 once its
-    largest entry exceeds sqrt(dtype max), adds the log of the factor to ls's and returns it as each
-    tap's (`rescaled`)."""
+def _renormalize(data, ls, taps):
     return data, ls
 
 
@@ -112,7 +109,36 @@ def _renormalize_bwd(n, g):
     return _map_floats(lambda x: x / factor.astype(x.dtype), g_data), g_ls + log_factor, (log_factor,) * n.shape[0]
 
 
-renormalize.defvjp(_renormalize_fwd, _renormalize_bwd, symbolic_zeros=True)
+_renormalize.defvjp(_renormalize_fwd, _renormalize_bwd, symbolic_zeros=True)
+
+
+def renormalize(data, ls, taps, reads: list[bool] | None = None):
+    """Identity on (data, ls); the backward pass scales data's cotangent down to at most 1 once its
+    largest entry exceeds sqrt(dtype max), adds the log of the factor to ls's and returns it as each
+    tap's (`rescaled`). With `reads` (a flag per leaf of data, `leaves_read`) only the leaves the
+    next step reads take part: the others' cotangents are zero, and leaving them out of this one
+    opaque backward node lets JAX drop their derivatives altogether."""
+    if reads is None:
+        return _renormalize(data, ls, taps)
+    leaves, treedef = jax.tree.flatten(data)
+    kept = [i for i, r in enumerate(reads) if r]
+    scaled, ls = _renormalize([leaves[i] for i in kept], ls, taps)
+    for i, x in zip(kept, scaled):
+        leaves[i] = x
+    return treedef.unflatten(leaves), ls
+
+
+def leaves_read(step, model, data) -> list[bool] | None:
+    """Which leaves of data `step(model, data)` reads: the inputs its jaxpr keeps after dead-code
+    elimination. Tracing here costs nothing extra when step is jitted (the trace is cached and
+    reused by the call in the scan). None (every leaf) where JAX's DCE is unavailable."""
+    try:
+        from jax._src.interpreters.partial_eval import dce_jaxpr
+    except ImportError:  # a JAX without it: every leaf, correct and only slower
+        return None
+    closed = jax.make_jaxpr(step)(model, data)
+    _, used = dce_jaxpr(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
+    return list(used)[len(jax.tree.leaves(model)):]  # the jaxpr's inputs: model's leaves, then data's
 
 
 # The model's cotangent. A step's model cotangent is in the carry's scaled frame; converted back
@@ -228,7 +254,7 @@ class Identity:
     """The same operations without rescaling (`rollout(..., rescale_adjoint=False)`)."""
 
     enter = staticmethod(lambda data, taps: (data, jnp.zeros((), data.time.dtype)))
-    renormalize = staticmethod(lambda data, ls, taps: (data, ls))
+    renormalize = staticmethod(lambda data, ls, taps, reads=None: (data, ls))
     accumulator = staticmethod(lambda model, dtype: ((), ()))
     rescaled = staticmethod(lambda acc, dtype: (acc, ()))
     borrow = staticmethod(lambda model, acc: model)

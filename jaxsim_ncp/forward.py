@@ -541,10 +541,15 @@ def rollout(
     ops = adjoint if rescale_adjoint else adjoint.Identity
     dtype = data.time.dtype
 
+    # only the leaves a step reads go through `renormalize`: its backward pass is one opaque node, so
+    # every leaf in it keeps its derivative alive, and the derived fields (contacts, Jacobians, ...)
+    # would be differentiated through every step although the next step recomputes them
+    reads = adjoint.leaves_read(step, model, data) if rescale_adjoint else None
+
     def body(carry, u):
         d, ls, acc = carry
         acc, taps = ops.rescaled(acc, dtype)
-        d, ls = ops.renormalize(d, ls, taps)
+        d, ls = ops.renormalize(d, ls, taps, reads)
         u, ls = ops.unscaled(u, ls)
         d = step(ops.borrow(model, acc), d.replace(ctrl=u))
         out, ls = ops.emitted(d, ls)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
-from jaxsim_ncp import linalg
+from jaxsim_ncp import adjoint, linalg
 
 # a free box and a capsule on a plane, a motor-driven hinge pendulum, two balls far from them:
 # contacts, a limit, ctrl
@@ -457,6 +457,29 @@ def test_a_singular_mass_matrix_is_refused_at_load():
     with pytest.raises(jsn.ModelError, match="inertia matrix is singular at qpos0.*joint 'x'"):
         jsn.load_mjcf(xml)
     jsn.load_mjcf(xml.replace('axis="1 1 0"', 'axis="1 1 0" armature="0.01"'))  # armature makes it regular
+
+
+def test_the_rescaled_adjoint_takes_only_the_fields_a_step_reads():
+    """`rollout` rescales the carried state's adjoint in one opaque backward node (`renormalize`); each
+    field in it keeps its derivative alive through every step. The fields a step recomputes (frames,
+    contacts, Jacobians, mass matrix) have zero cotangents and are left out (`adjoint.leaves_read`:
+    dead-code elimination of the step's jaxpr): with all of them, the sphere-capsule fuzz program's
+    gradient compiled to 38% more HLO than without rescaling, now 2%."""
+    xml = """<mujoco><worldbody><geom type="plane" size="1 1 1"/>
+      <body pos="0 0 0.099"><freejoint/><geom type="sphere" size=".1"/></body>
+      <body pos="0.3 0 0.2"><joint name="arm" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 0.2 0 0" size=".05"/></body>
+      <body mocap="true" pos="1 0 0"><geom type="box" size=".1 .1 .1" contype="0" conaffinity="0"/></body>
+      </worldbody><actuator><motor joint="arm"/></actuator></mujoco>"""
+    model = jsn.load_mjcf(xml)
+    data = jsn.make_data(model)
+    reads = adjoint.leaves_read(jsn.step, model, data)
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(data)[0]]
+    read = {p for p, r in zip(paths, reads) if r}
+    state = {".time", ".qpos", ".qvel", ".ctrl", ".qfrc_applied", ".xfrc_applied", ".mocap_pos", ".mocap_quat", ".qacc_warmstart"}
+    assert state <= read, state - read
+    derived = {".xpos", ".xmat", ".geom_xpos", ".cinert", ".cdof", ".qM", ".qacc", ".qfrc_bias", ".qfrc_constraint", ".efc_J", ".efc_force"}
+    derived |= {p for p in paths if p.startswith(".contact")}
+    assert not read & derived, read & derived
 
 
 def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
