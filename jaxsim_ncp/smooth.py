@@ -111,6 +111,7 @@ def kinematics(model: Model, data: Data) -> Data:
     if looped:  # the row is traced: index the tables as arrays
         level_bodies, level_parents = jnp.asarray(level_bodies), jnp.asarray(level_parents)
 
+    @jax.checkpoint  # reverse mode stores each level's frames (the loop's carry), not its intermediates
     def compose(row, frames):
         xpos, xquat = frames
         bodies, p = level_bodies[row], level_parents[row]
