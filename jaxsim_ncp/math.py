@@ -20,11 +20,12 @@ def tree_where(pred, a, b):
 
 def recomputed(fn):
     """fn whose reverse-mode residuals are its arguments alone (`jax.checkpoint`; keyword
-    arguments are static). Its intermediates (a quaternion's components, a norm's square, ...)
-    are recomputed in the backward pass from them instead of each being stored: in a
-    differentiated `scan` every residual is one more buffer written per step (the humanoid's
-    100-step gradient: 409 -> 309 per-step stores for the quaternion and spatial products alone,
-    7% less time at one world)."""
+    arguments are static). Its intermediates (a quaternion's components, a norm's square, the
+    nine entries of a rotation matrix) are recomputed from them in the backward pass instead of
+    each being saved: in a differentiated `scan` every residual is one more buffer written per
+    step. For the helpers below (and the kinematics' level step) the humanoid's 100-step gradient
+    went from 409 to 190 per-step residual stores, 0.82x the time at one world, the same at 64;
+    the forward pass is unchanged (a checkpoint only acts when differentiated)."""
 
     @functools.wraps(fn)
     def wrapped(*args, **static):

@@ -4,6 +4,7 @@ import functools
 
 import equinox as eqx
 import jax
+import jax.ad_checkpoint
 import jax.numpy as jnp
 import mujoco
 import numpy as np
@@ -130,3 +131,26 @@ def test_gradients_finite_at_rest_and_identity():
     bdata = jsn.make_data(ball)
     g = jax.grad(lambda q: jnp.sum(jsn.step(ball, bdata.replace(qpos=q)).qvel ** 2))(ball.qpos_spring)
     assert np.all(np.isfinite(np.asarray(g)))
+
+
+def test_small_math_helpers_keep_only_their_arguments_for_reverse_mode(capsys):
+    """`math.recomputed` helpers save their inputs, not their intermediates, as residuals (each
+    residual is a per-step store in a differentiated rollout), and their derivatives are those of
+    the same formulas without it (float64, to rounding)."""
+    from jaxsim_ncp import math
+
+    rng = np.random.default_rng(0)
+    q, p = (jnp.asarray(rng.normal(size=(3, 4))) for _ in range(2))
+    v, m = (jnp.asarray(rng.normal(size=(3, 6))) for _ in range(2))
+    cases = [(math.quat_to_mat, (q,)), (math.quat_mul, (q, p)), (math.quat_integrate, (q, v[:, :3], 0.01)),
+             (math.cross_motion, (v, m)), (math.cross_force, (v, m)), (math.quat_sub, (q, p)),
+             (math.make_frame, (v[0, :3], m[0, :3])), (math.spatial_inertia, (v[:, 0], math.skew(m[:, :3]), v[:, 3:]))]
+    for fn, args in cases:
+        loss = lambda *a: jnp.sum(jnp.sin(fn(*a)))  # noqa: E731
+        jax.ad_checkpoint.print_saved_residuals(loss, *args)
+        saved = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+        assert saved and all(("from the argument" in line) or ("from a constant" in line) or ("output of cos" in line) for line in saved), (fn.__name__, saved)
+        every = tuple(range(len(args)))
+        plain = lambda *a: jnp.sum(jnp.sin(fn.__wrapped__(*a)))  # noqa: E731
+        for g, g_plain in zip(jax.grad(loss, every)(*args), jax.grad(plain, every)(*args)):
+            np.testing.assert_allclose(g, g_plain, rtol=1e-12, atol=1e-14)
