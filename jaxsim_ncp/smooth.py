@@ -111,7 +111,6 @@ def kinematics(model: Model, data: Data) -> Data:
     if looped:  # the row is traced: index the tables as arrays
         level_bodies, level_parents = jnp.asarray(level_bodies), jnp.asarray(level_parents)
 
-    @jax.checkpoint  # reverse mode stores each level's frames (the loop's carry), not its intermediates
     def compose(row, frames):
         xpos, xquat = frames
         bodies, p = level_bodies[row], level_parents[row]
@@ -120,6 +119,8 @@ def kinematics(model: Model, data: Data) -> Data:
         xquat = xquat.at[bodies].set(math.normalize(math.quat_mul(xquat[p], local_q[own])), mode="drop")
         return xpos, xquat
 
+    # reverse mode stores each level's frames (the loop's carry), not the level's intermediates
+    compose = jax.checkpoint(compose, static_argnums=() if looped else (0,))
     frames = (jnp.zeros((nbody, 3), dt), identity_q)
     if looped:
         frames = jax.lax.fori_loop(0, len(level_bodies), compose, frames)
