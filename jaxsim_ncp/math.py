@@ -9,6 +9,7 @@ vectors and identity rotations (Taylor branches behind a double `where`).
 from __future__ import annotations
 
 import functools
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
