@@ -185,19 +185,25 @@ def _borrow_bwd(_, g):
 _borrow.defvjp(_borrow_fwd, _borrow_bwd, symbolic_zeros=True)
 
 
-def _inexact(x) -> bool:
-    return jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+def _borrowed(x) -> bool:
+    """A model leaf that gets an accumulator: a floating one that may be differentiated, i.e. a
+    tracer. A concrete array (a leaf the caller closed over) is a constant to every transformation;
+    borrowing it would only cost: its `_borrow` node would be bound as it is, with the carried
+    accumulator as an input, so to the scan's partial evaluation every value computed from it stops
+    being loop-invariant and is stored at every step (the humanoid's 100-step gradient with the
+    model closed over: 190 -> 161 per-step residual stores)."""
+    return isinstance(x, jax.core.Tracer) and jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
 
-def _float_leaves(model) -> list:
-    return [x for x in jax.tree.leaves(model) if _inexact(x)]
+def _borrowed_leaves(model) -> list:
+    return [x for x in jax.tree.leaves(model) if _borrowed(x)]
 
 
 def accumulator(model, dtype) -> tuple[tuple, tuple]:
-    """(acc, taps): an acc and a zero tap per floating leaf of the model; the backward pass returns
-    each acc's cotangent at its true size (the taps' cotangents, from `enter`, being the log-scale
-    at the start) as its leaf's."""
-    return tuple(zip(*[_tapped(x, dtype, 1.0) for x in _float_leaves(model)])) or ((), ())
+    """(acc, taps): an acc and a zero tap per borrowed leaf of the model (`_borrowed`); the backward
+    pass returns each acc's cotangent at its true size (the taps' cotangents, from `enter`, being
+    the log-scale at the start) as its leaf's."""
+    return tuple(zip(*[_tapped(x, dtype, 1.0) for x in _borrowed_leaves(model)])) or ((), ())
 
 
 def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
@@ -207,10 +213,10 @@ def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
 
 
 def borrow(model, acc: tuple):
-    """The model as a step reads it: the cotangents of its floating leaves go to acc's."""
+    """The model as a step reads it: the cotangents of its borrowed leaves go to acc's."""
     leaves, treedef = jax.tree.flatten(model)
-    borrowed = iter([_borrow(x, a) for x, a in zip(_float_leaves(model), acc)])
-    return treedef.unflatten([next(borrowed) if _inexact(x) else x for x in leaves])
+    borrowed = iter([_borrow(x, a) for x, a in zip(_borrowed_leaves(model), acc)])
+    return treedef.unflatten([next(borrowed) if _borrowed(x) else x for x in leaves])
 
 
 @jax.custom_vjp
