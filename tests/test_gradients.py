@@ -149,7 +149,8 @@ def test_small_math_helpers_keep_only_their_arguments_for_reverse_mode(capsys):
         loss = lambda *a: jnp.sum(jnp.sin(fn(*a)))  # noqa: E731
         jax.ad_checkpoint.print_saved_residuals(loss, *args)
         saved = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
-        assert saved and all(("from the argument" in line) or ("from a constant" in line) or ("output of cos" in line) for line in saved), (fn.__name__, saved)
+        allowed = ("from the argument", "from a constant", "output of cos")  # cos: the loss's own sin
+        assert saved and all(any(a in line for a in allowed) for line in saved), (fn.__name__, saved)
         every = tuple(range(len(args)))
         plain = lambda *a: jnp.sum(jnp.sin(fn.__wrapped__(*a)))  # noqa: E731
         for g, g_plain in zip(jax.grad(loss, every)(*args), jax.grad(plain, every)(*args)):
