@@ -13,16 +13,20 @@ iteration count, and the iterations need not be differentiable at all.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 from .. import linalg
 
 Theta = TypeVar("Theta")
 X = jax.Array
+
+SOLUTION = "implicit_solver_solution"  # `checkpoint_name` of a solver's (x, info)
 
 
 def _zero_cotangent(x):
@@ -78,18 +82,18 @@ def implicit_solver(
         factorize, solve_transposed = _dense_lu(residual)
 
     @jax.custom_vjp
-    def solve(theta, aux):
-        return solver(theta, aux)
+    def differentiated(x, info, theta, aux):
+        """(x, info) as they are; reverse mode gives theta the implicit derivative of x(theta)."""
+        return x, info
 
-    def solve_fwd(theta, aux):
-        x, info = solver(theta, aux)
+    def differentiated_fwd(x, info, theta, aux):
         solved = jnp.asarray(True) if solved_from_info is None else solved_from_info(info)
         x_lin = x if linearization_point is None else linearization_point(x, theta, aux)
-        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta), solved, x)
+        return (x, info), (x_lin, theta, aux, factorize(x_lin, theta), solved, x, info)
 
     @linalg.full_precision  # traced by reverse mode, outside the forward's context
-    def solve_bwd(saved, cotangent):
-        x_lin, theta, aux, factor, solved, x = saved
+    def differentiated_bwd(saved, cotangent):
+        x_lin, theta, aux, factor, solved, x, info = saved
         x_bar, _ = cotangent
         lam = solve_transposed(factor, x_bar)
         # far from any solution (the solver flags it) or a singular dg/dx (a degenerate one): no
@@ -99,7 +103,16 @@ def implicit_solver(
         (theta_bar,) = residual_vjp(-jnp.where(implicit, lam, 0.0))
         if fallback is not None:
             theta_bar = jax.tree.map(lambda a, b: jnp.where(implicit, a, b), theta_bar, fallback(theta, x, x_bar))
-        return theta_bar, jax.tree.map(_zero_cotangent, aux)
+        zero = functools.partial(jax.tree.map, _zero_cotangent)
+        return zero(x), zero(info), theta_bar, zero(aux)
 
-    solve.defvjp(solve_fwd, solve_bwd)
+    differentiated.defvjp(differentiated_fwd, differentiated_bwd)
+
+    def solve(theta, aux):
+        # the iterations see no tangents: they are never differentiated. Their results are named
+        # SOLUTION so that a checkpointed step can keep them and replay only the linearization
+        x, info = solver(jax.lax.stop_gradient(theta), jax.lax.stop_gradient(aux))
+        x, info = jax.tree.map(lambda v: checkpoint_name(v, SOLUTION), (x, info))
+        return differentiated(x, info, theta, aux)
+
     return solve
