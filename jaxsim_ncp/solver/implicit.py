@@ -8,7 +8,10 @@ vector-Jacobian product of the solver is
 
 computed at the solution with `jax.vjp` of g. The solver's iterations are never
 differentiated: reverse mode costs one factorization and one residual VJP whatever the
-iteration count, and the iterations need not be differentiable at all.
+iteration count, and the iterations need not be differentiable at all. They run outside the
+custom_vjp, on inputs without tangents, and their result is named `SOLUTION`
+(`jax.ad_checkpoint.checkpoint_name`): a checkpoint that saves it (`rollout(checkpoint=...)`)
+replays only the linearization at the solution in the backward pass, not the iterations.
 """
 
 from __future__ import annotations
