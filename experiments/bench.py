@@ -2,6 +2,11 @@
 
     .venv/bin/python experiments/bench.py                       # cube + humanoid: forward vs batch, gradient vs horizon
     .venv/bin/python experiments/bench.py --models humanoid --batch --horizons 10 30 100 300 1000
+    .venv/bin/python experiments/bench.py --models pile humanoids4 --batch 1 64 --steps 20 --horizons 10 100
+
+Models: bundled names (cube, humanoid, ...), MJCF paths, and two generated scenes
+(`workflows.BENCH_SCENES`): "pile", 100 free cubes stacked 5x5x4, and "humanoids4", mujoco-mjx's
+test scene of four humanoids colliding with each other and the floor.
 
 Forward part: steps/s and compile time of a jitted, vmapped rollout vs batch. Gradient part:
 seconds, compile time and XLA's peak-memory estimate of a rollout gradient vs horizon, for

@@ -104,33 +104,11 @@ def humanoid_path() -> pathlib.Path:
     return pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
 
 
-def pile_xml(nx: int = 5, ny: int = 5, nz: int = 4, half: float = 0.05, sink: float = 0.0005, gap: float = 0.002,
-             max_geom_pairs: int | None = None) -> str:
-    """nx*ny*nz free cubes stacked on a plane; layers overlap by `sink`, columns `gap` apart;
-    `max_geom_pairs`: the contact capacity per narrow-phase function (MJX's custom numeric,
-    read by both simulators)."""
-    bodies = []
-    pitch = 2 * half + gap
-    for k in range(nz):
-        for i in range(nx):
-            for j in range(ny):
-                x, y = (i - (nx - 1) / 2) * pitch, (j - (ny - 1) / 2) * pitch
-                z = half - sink + k * (2 * half - sink)
-                bodies.append(
-                    f'    <body name="cube_{k}_{i}_{j}" pos="{x:.6f} {y:.6f} {z:.6f}">'
-                    f'<freejoint/><geom type="box" size="{half} {half} {half}"/></body>'
-                )
-    body_xml = "\n".join(bodies)
-    custom = f'<custom><numeric name="max_geom_pairs" data="{max_geom_pairs}"/></custom>' if max_geom_pairs else ""
-    return f"""<mujoco model="cube_pile">
-  {custom}
-  <option timestep="0.005" iterations="4" ls_iterations="8" cone="pyramidal"/>
-  <worldbody>
-    <geom name="floor" type="plane" size="5 5 0.1"/>
-{body_xml}
-  </worldbody>
-</mujoco>
-"""
+def pile_xml(*args, **kwargs) -> str:
+    """`jaxsim_ncp.workflows.pile_xml`, imported when called (the driver process imports no JAX)."""
+    from jaxsim_ncp.workflows import pile_xml as make
+
+    return make(*args, **kwargs)
 
 
 def load_model(name: str):

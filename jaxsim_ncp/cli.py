@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> None:
 
     bench = sub.add_parser("bench", help="steps/s and compile time vs batch, gradient time and memory vs horizon, "
                                          "side by side with MJX")
-    bench.add_argument("--models", nargs="+", default=["cube", "humanoid"])
+    bench.add_argument("--models", nargs="+", default=["cube", "humanoid"],
+                       help="bundled model names, MJCF paths, or the scenes pile and humanoids4 (workflows.BENCH_SCENES)")
     bench.add_argument("--batch", type=int, nargs="*", default=[1, 64, 1024], help="forward part (none: skip it)")
     bench.add_argument("--steps", type=int, default=100)
     bench.add_argument("--horizons", type=int, nargs="*", default=[10, 100, 1000],

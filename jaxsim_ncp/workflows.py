@@ -468,6 +468,58 @@ def mpc(config: dict, out: pathlib.Path) -> dict:
 
 
 # ------------------------------------------------------------------------------ bench
+def pile_xml(nx: int = 5, ny: int = 5, nz: int = 4, half: float = 0.05, sink: float = 0.0005, gap: float = 0.002,
+             max_geom_pairs: int | None = None) -> str:
+    """nx*ny*nz free cubes stacked on a plane; layers overlap by `sink`, columns `gap` apart;
+    `max_geom_pairs`: the contact capacity per narrow-phase function (MJX's custom numeric,
+    read by both simulators)."""
+    bodies = []
+    pitch = 2 * half + gap
+    for k in range(nz):
+        for i in range(nx):
+            for j in range(ny):
+                x, y = (i - (nx - 1) / 2) * pitch, (j - (ny - 1) / 2) * pitch
+                z = half - sink + k * (2 * half - sink)
+                bodies.append(
+                    f'    <body name="cube_{k}_{i}_{j}" pos="{x:.6f} {y:.6f} {z:.6f}">'
+                    f'<freejoint/><geom type="box" size="{half} {half} {half}"/></body>'
+                )
+    body_xml = "\n".join(bodies)
+    custom = f'<custom><numeric name="max_geom_pairs" data="{max_geom_pairs}"/></custom>' if max_geom_pairs else ""
+    return f"""<mujoco model="cube_pile">
+  {custom}
+  <option timestep="0.005" iterations="4" ls_iterations="8" cone="pyramidal"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="5 5 0.1"/>
+{body_xml}
+  </worldbody>
+</mujoco>
+"""
+
+
+BENCH_SCENES = {
+    "pile": "100 free cubes stacked 5 x 5 x 4 on a plane (`pile_xml`), the contact-rich scene",
+    "humanoids4": "four humanoids that collide with each other and the floor (mujoco-mjx's test_data/humanoid/04_humanoids.xml)",
+}
+
+
+def bench_model_path(name: str, folder: pathlib.Path) -> str:
+    """A benchmark model's MJCF path: a generated scene of `BENCH_SCENES` (the pile is written into
+    `folder`), a bundled model name or a file path (`resolve_model`)."""
+    if name == "pile":
+        path = pathlib.Path(folder) / "pile.xml"
+        path.write_text(pile_xml())
+        return str(path)
+    if name == "humanoids4":
+        import mujoco
+
+        path = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "04_humanoids.xml"
+        if not path.is_file():
+            raise ConfigError(f"model humanoids4 is mujoco-mjx's {path.name}, not found at {path} (pip install mujoco-mjx)")
+        return str(path)
+    return resolve_model(name)
+
+
 def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, mjx: bool = True) -> list[dict]:
     """Forward throughput (steps/s) vs batch and compile time of a jitted rollout, side by side
     with MJX (mujoco-mjx, when installed) on the same models; writes bench.csv."""
@@ -478,7 +530,7 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
 
     rows = []
     for name in models:
-        path = resolve_model(name)
+        path = bench_model_path(name, out)
         model = load_mjcf(path)
         data = make_data(model)
         mjx_run = _mjx_rollout(mujoco.MjModel.from_xml_path(path)) if mjx else None
@@ -523,7 +575,7 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
 
     rows = []
     for name in models:
-        mj = mujoco.MjModel.from_xml_path(resolve_model(name))
+        mj = mujoco.MjModel.from_xml_path(bench_model_path(name, out))
         mj.opt.iterations = 1
         model = from_mujoco(mj)
         data = make_data(model)

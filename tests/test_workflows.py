@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from jaxsim_ncp import workflows
 from jaxsim_ncp.cli import main
 
 SYSID = """
@@ -96,6 +97,24 @@ def test_bench_cli_compares_with_mjx(tmp_path, capsys):
     out, folder = run(["bench", "--models", "cube", "--batch", "2", "--steps", "3", "--horizons", "--out", str(tmp_path)], capsys)
     header, row = open(f"{folder}/bench.csv").read().splitlines()
     assert "speed_ratio" in header and float(row.split(",")[header.split(",").index("steps_per_s")]) > 0
+
+
+def test_bench_scenes_are_the_pile_and_four_colliding_humanoids(tmp_path):
+    """#15's benchmark scenes beyond the bundled models: the 100-cube pile and four humanoids in one
+    scene (loaded by MuJoCo only: nothing is compiled)."""
+    import mujoco
+
+    pile = mujoco.MjModel.from_xml_path(workflows.bench_model_path("pile", tmp_path))
+    assert (pile.nbody, pile.nv, pile.ngeom) == (101, 600, 101)
+    humanoids = mujoco.MjModel.from_xml_path(workflows.bench_model_path("humanoids4", tmp_path))
+    one = mujoco.MjModel.from_xml_path(workflows.bench_model_path("humanoid", tmp_path))
+    assert humanoids.nv == 4 * one.nv and humanoids.nu == 4 * one.nu
+    # the humanoids touch each other: some pair of geoms from different humanoids can collide
+    root = humanoids.body_rootid[humanoids.geom_bodyid]
+    can = (humanoids.geom_contype[:, None] & humanoids.geom_conaffinity[None, :]) != 0
+    assert np.any(can & (root[:, None] != root[None, :]) & (root[:, None] > 0) & (root[None, :] > 0))
+    with pytest.raises(workflows.ConfigError, match="model file not found"):
+        workflows.bench_model_path("piles", tmp_path)
 
 
 @pytest.mark.parametrize(
