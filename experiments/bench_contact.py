@@ -90,7 +90,7 @@ def package_version(name: str) -> str:
 
 import numpy as np
 
-MODELS = ("humanoid", "humanoid_it10", "pile", "pile_capped")
+MODELS = ("humanoid", "humanoid_it10", "humanoids4", "pile", "pile_capped")
 SIMS = ("ours", "mjx")
 _MSG = "@@bench_contact@@ "  # prefix of the JSON lines a worker sends to the driver
 
@@ -121,6 +121,9 @@ def load_model(name: str):
             m.opt.iterations = 10
         key = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_KEY, "squat")
         return m, np.array(m.key_qpos[key]), 0.1, 1.0
+    if name == "humanoids4":  # four humanoids colliding with each other and the floor, from 1.5 m up
+        m = mujoco.MjModel.from_xml_path(str(humanoid_path().parent / "04_humanoids.xml"))
+        return m, np.array(m.qpos0), 0.1, 1.0
     if name in ("pile", "pile_capped"):  # capped: 400 box-box pairs (of 4950) reach the narrow phase
         m = mujoco.MjModel.from_xml_string(pile_xml(max_geom_pairs=400 if name == "pile_capped" else None))
         return m, np.array(m.qpos0), 0.05, 0.0

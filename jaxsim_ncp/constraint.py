@@ -351,14 +351,14 @@ def geom_body(model: Model, geom):
 
 def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | np.ndarray:
     """The contact slot of each efc contact (types.ConstraintLayout): every slot in order, or with a
-    capacity, per condim the occupied slots first (a stable sort keeps their order), as many as fit."""
+    capacity, per condim the occupied slots first, each group in order (`math.true_first`), as many as fit."""
     layout = model.constraints
     if layout.capacity_by_dim is None:
         return np.arange(layout.ncon)
     picks = []
     for dim, capacity in layout.capacity_by_dim.items():
         slots = np.nonzero(layout.contact_dim == dim)[0]
-        picks.append(jnp.asarray(slots)[jnp.argsort(jnp.where(contact.mask[slots], 0, 1), stable=True)[:capacity]])
+        picks.append(jnp.asarray(slots)[math.true_first(contact.mask[slots], capacity)])
     return jnp.concatenate(picks)
 
 

@@ -79,6 +79,18 @@ def test_capacity_changes_nothing_when_it_suffices_and_flags_overflow_when_it_do
         start += len(d) * n_slots
 
 
+def test_occupied_slots_come_first_in_order_as_a_stable_sort_puts_them():
+    """`math.true_first` (the efc contacts' compaction, without a sort) against numpy's stable
+    argsort: all, none or some flags set, fewer, as many or more places than flags, batched."""
+    rng = np.random.default_rng(3)
+    first = jax.jit(jax.vmap(math.true_first, in_axes=(0, None)), static_argnums=1)
+    for n in (1, 5, 300):
+        flags = rng.random((4, n)) < np.array([0.0, 0.05, 0.5, 1.0])[:, None]
+        for count in (1, n // 3 + 1, n, n + 2):
+            expected = np.argsort(~flags, axis=1, kind="stable")[:, :count]
+            np.testing.assert_array_equal(first(jnp.asarray(flags), count), expected)
+
+
 def test_load_rejects_a_bad_capacity_and_reads_mjx_custom_numeric():
     with pytest.raises(ValueError, match="max_geom_pairs"):
         jsn.load_mjcf(CROWD, max_geom_pairs=0)

@@ -54,7 +54,7 @@ from jaxtyping import Array, Bool, Float, Int
 
 from .. import linalg
 from . import ccd
-from ..math import make_frame, safe_norm, tree_where
+from ..math import make_frame, prefix_count, safe_norm, tree_where
 from .base import Collision, GeomFrame
 
 SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = 2, 3, 4, 5, 6, 7
@@ -261,12 +261,6 @@ def _face_plane(v: Float[Array, "3 3"]):
     return normal, jnp.where(ok, jnp.dot(normal, v[0]), jnp.inf)
 
 
-def _prefix_count(flags: Bool[Array, " n"]) -> Int[Array, " n"]:
-    """Inclusive running count of the true flags, as a log-depth scan: `jnp.cumsum` lowers to a
-    reduce-window, whose CPU code takes n^2 steps."""
-    return jax.lax.associative_scan(jnp.add, flags.astype(jnp.int32))
-
-
 def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[Array, ""]):
     """Expanding polytope from a tetrahedron containing the origin (penetration depth).
 
@@ -318,8 +312,8 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
         free = ~valid | visible
         n_new, n_free = jnp.sum(horizon), jnp.sum(free)
         fits = n_new <= n_free
-        hrank = _prefix_count(horizon) - 1
-        frank = _prefix_count(free) - 1
+        hrank = prefix_count(horizon) - 1
+        frank = prefix_count(free) - 1
         take = free & (frank < n_new)
         # the k-th horizon edge closes the k-th free face slot
         slot_of_rank = jnp.zeros(EPA_FACES, jnp.int32).at[jnp.where(free, frank, EPA_FACES)].set(
