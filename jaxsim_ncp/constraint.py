@@ -351,14 +351,21 @@ def geom_body(model: Model, geom):
 
 def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | np.ndarray:
     """The contact slot of each efc contact (types.ConstraintLayout): every slot in order, or with a
-    capacity, per condim the occupied slots first, each group in order (`math.true_first`), as many as fit."""
+    capacity, per condim the occupied slots first, each group in order (`math.true_first`), as many
+    as can be occupied; with `max_contact_points` the deepest of those (MJX's choice)."""
     layout = model.constraints
     if layout.capacity_by_dim is None:
         return np.arange(layout.ncon)
     picks = []
     for dim, capacity in layout.capacity_by_dim.items():
         slots = np.nonzero(layout.contact_dim == dim)[0]
-        picks.append(jnp.asarray(slots)[math.true_first(contact.mask[slots], capacity)])
+        occupiable = layout.occupiable_by_dim[dim]
+        if occupiable < len(slots):
+            slots = jnp.asarray(slots)[math.true_first(contact.mask[slots], occupiable)]
+        if capacity < occupiable:
+            depth = jnp.where(contact.mask[slots] & ~jnp.isnan(contact.dist[slots]), -contact.dist[slots], -jnp.inf)
+            slots = jnp.asarray(slots)[jax.lax.top_k(depth, capacity)[1]]
+        picks.append(jnp.asarray(slots))
     return jnp.concatenate(picks)
 
 

@@ -94,6 +94,7 @@ def from_mujoco(
     ncp_recovery_speed: float = 1.0,
     cfd: CFD | None = None,
     max_geom_pairs: int | None = None,
+    max_contact_points: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     max_steps: int | None = None,
@@ -140,10 +141,13 @@ def from_mujoco(
         raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
     if not ncp_recovery_speed > 0:  # inf: undo any penetration within one step (Dojo)
         raise ValueError(f"ncp_recovery_speed must be a speed > 0 (inf: no limit), got {ncp_recovery_speed!r}")
-    if max_geom_pairs is None:
-        max_geom_pairs = _custom_numeric(m, "max_geom_pairs")
-    if max_geom_pairs is not None and (int(max_geom_pairs) != max_geom_pairs or max_geom_pairs < 1):
-        raise ValueError(f"max_geom_pairs must be a positive integer or None (no limit), got {max_geom_pairs!r}")
+    # MJX's custom numerics unless given; -1 (MJX's "no limit") overrides the file's
+    max_geom_pairs = _custom_numeric(m, "max_geom_pairs") if max_geom_pairs is None else max_geom_pairs
+    max_contact_points = _custom_numeric(m, "max_contact_points") if max_contact_points is None else max_contact_points
+    max_geom_pairs, max_contact_points = (None if v == -1 else v for v in (max_geom_pairs, max_contact_points))
+    for name, value in (("max_geom_pairs", max_geom_pairs), ("max_contact_points", max_contact_points)):
+        if value is not None and (int(value) != value or value < 1):
+            raise ValueError(f"{name} must be a positive integer, -1 or None (no limit), got {value!r}")
     if kappa_grad < kappa:
         raise ValueError(f"kappa_grad ({kappa_grad}) must be >= kappa ({kappa}): gradients cannot be harder than the forward pass")
     adaptive_overrides = dict(rtol=rtol, atol=atol, max_steps=max_steps, ode_solver=ode_solver,
@@ -201,6 +205,7 @@ def from_mujoco(
         ncp_recovery_speed=float(ncp_recovery_speed),
         cfd=cfd,
         max_geom_pairs=None if max_geom_pairs is None else int(max_geom_pairs),
+        max_contact_points=None if max_contact_points is None else int(max_contact_points),
         adaptive=adaptive_settings,
     )
     ints = lambda x: tuple(int(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
@@ -288,7 +293,8 @@ def from_mujoco(
     )
     if cfd is not None:
         pair_mask(cfd.pairs, topology.geom_names)  # raises on a geom the model lacks
-    layout = dataclasses.replace(_constraint_layout(m, disableflags, opt.cone), max_geom_pairs=opt.max_geom_pairs)
+    layout = dataclasses.replace(_constraint_layout(m, disableflags, opt.cone), max_geom_pairs=opt.max_geom_pairs,
+                                 max_contact_points=opt.max_contact_points)
     mesh_vert, mesh_polynormal, mesh_polyvert = _mesh_hulls(m, layout)
     topology = dataclasses.replace(topology, mesh_polyvert=mesh_polyvert)
     eq_ids = list(layout.eq_ids)

@@ -65,7 +65,8 @@ class WarningKind(IntEnum):
     BAD_QACC = 3
     SOLVER = 4  # the constraint solver stopped at its iteration limit without converging
     INTEGRATOR = 5  # the adaptive integrator hit max_steps before the end of the step (the world diverges)
-    CONTACTFULL = 6  # more candidate geom pairs than opt.max_geom_pairs: the farthest were not collided
+    CONTACTFULL = 6  # more candidate pairs than opt.max_geom_pairs (the farthest were not collided), or more
+    # contacts of a condim than opt.max_contact_points (the shallowest got no rows)
 
 
 NWARNING = len(WarningKind)
@@ -327,7 +328,9 @@ class ConstraintLayout:
     per group, collision/driver.py) fewer slots can hold contacts at once than there
     are: then the efc contacts are `capacity_by_dim` places per condim, and each step
     fills them with the occupied slots of that condim (`constraint.efc_slots`), so
-    the rows, and the solver's work, follow the capacity, not the number of pairs.
+    the rows, and the solver's work, follow the capacity, not the number of pairs. With
+    `max_contact_points` (MJX's custom numeric) at most that many per condim get rows: the
+    deepest, as MJX keeps them; a step with more flags WarningKind.CONTACTFULL.
     """
 
     groups: tuple[PairGroup, ...] = ()
@@ -341,6 +344,7 @@ class ConstraintLayout:
     limit_tendon_sides: tuple[int, ...] = ()  # -1 lower, +1 upper
     cone: str = "pyramidal"
     max_geom_pairs: int | None = None  # Option.max_geom_pairs: the broad phase's capacity per group
+    max_contact_points: int | None = None  # Option.max_contact_points: the efc contacts per condim, the deepest
 
     @functools.cached_property
     def contact_geom(self) -> np.ndarray:
@@ -358,19 +362,26 @@ class ConstraintLayout:
         return len(self.contact_dim)
 
     @functools.cached_property
-    def capacity_by_dim(self) -> dict[int, int] | None:
-        """{condim: the most slots of that condim that can hold contacts at once}, or None
-        when every slot can (no `max_geom_pairs`, or one that culls nothing)."""
-        if self.max_geom_pairs is None:
-            return None
+    def occupiable_by_dim(self) -> dict[int, int]:
+        """{condim: the most slots of that condim that can hold contacts at once}: all of them, or
+        with `max_geom_pairs` those of the pairs the broad phase keeps."""
         capacity: dict[int, int] = {}
         for g in self.groups:
             dims = np.asarray(g.condim, np.int64)
             for d in np.unique(dims):
                 pairs = int(np.sum(dims == d))
-                kept = pairs if g.hfield >= 0 else min(pairs, self.max_geom_pairs)  # height fields: never culled
+                culled = self.max_geom_pairs is not None and g.hfield < 0  # height fields: never culled
+                kept = min(pairs, self.max_geom_pairs) if culled else pairs
                 capacity[int(d)] = capacity.get(int(d), 0) + kept * g.n_slots
-        return dict(sorted(capacity.items())) if sum(capacity.values()) < self.ncon else None
+        return dict(sorted(capacity.items()))
+
+    @functools.cached_property
+    def capacity_by_dim(self) -> dict[int, int] | None:
+        """{condim: the efc contacts of that condim}: the occupiable slots, at most `max_contact_points`
+        of them; None when every slot is one (no capacity, or one that limits nothing)."""
+        limit = self.max_contact_points
+        capacity = {d: n if limit is None else min(n, limit) for d, n in self.occupiable_by_dim.items()}
+        return capacity if sum(capacity.values()) < self.ncon else None
 
     @functools.cached_property
     def efc_contact_dim(self) -> np.ndarray:
@@ -473,6 +484,7 @@ class Option(eqx.Module):
     ncp_recovery_speed: float = eqx.field(static=True, default=1.0)  # NCP: penetration undone at most this fast (inf: in one step)
     cfd: CFD | None = eqx.field(static=True, default=None)  # contacts from distance, gradient only (cfd.py)
     max_geom_pairs: int | None = eqx.field(static=True, default=None)  # narrow-phase capacity per pair group
+    max_contact_points: int | None = eqx.field(static=True, default=None)  # contacts with rows per condim (the deepest)
     adaptive: Any = eqx.field(static=True, default=None)  # integrate.adaptive.Adaptive with integrator="adaptive"
     fluid: bool = eqx.field(static=True, default=False)  # density or viscosity nonzero in the MJCF: fluid forces on
     ccd_tolerance: float = eqx.field(static=True, default=1e-6)  # MuJoCo's GJK/EPA stop (collision/ccd.py)

@@ -98,6 +98,39 @@ def test_load_rejects_a_bad_capacity_and_reads_mjx_custom_numeric():
     assert jsn.load_mjcf(custom).opt.max_geom_pairs == 5
     assert jsn.load_mjcf(custom, max_geom_pairs=7).opt.max_geom_pairs == 7
     assert jsn.load_mjcf(custom.replace('data="5"', 'data="-1"')).opt.max_geom_pairs is None
+    assert jsn.load_mjcf(custom, max_geom_pairs=-1).opt.max_geom_pairs is None  # MJX's "no limit"
+    with pytest.raises(ValueError, match="max_contact_points"):
+        jsn.load_mjcf(CROWD, max_contact_points=2.5)
+
+
+TILTED_BOXES = """<mujoco><custom><numeric name="max_contact_points" data="{limit}"/></custom>
+  <option timestep="0.005"/><worldbody><geom type="plane" size="5 5 .1"/>
+  <body pos="0 0 .095" euler=".3 .5 0"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
+  <body pos=".5 0 .096" euler="-.4 .2 0"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
+  <body pos="1 0 .5"><freejoint/><geom type="sphere" size=".1"/></body></worldbody></mujoco>"""
+
+
+def test_max_contact_points_keeps_the_deepest_contacts_and_flags_the_rest():
+    """MJX's `max_contact_points`: two sunk, tilted boxes touch the floor at 8 corners, each at its
+    own depth. A limit of 6 gives rows to the 6 deepest (as MJX's top_k keeps them) and flags
+    CONTACTFULL; a limit of 8 drops nothing and steps as without a limit."""
+    def run(limit):
+        model = jsn.load_mjcf(TILTED_BOXES.format(limit=limit))
+        data = jax.jit(lambda d: jsn.step(model, d))(jsn.make_data(model))
+        return model, data
+
+    capped, after = run(6)
+    assert capped.constraints.capacity_by_dim == {3: 6} and capped.constraints.nefc_contact == 6
+    contact = after.contact  # the contacts the step solved with (its forward pass's)
+    mask, dist = np.asarray(contact.mask), np.asarray(contact.dist)
+    slots = np.asarray(constraint.efc_slots(capped, contact))
+    assert mask.sum() == 8 and int(after.warning[jsn.WarningKind.CONTACTFULL]) == 1
+    np.testing.assert_array_equal(np.sort(dist[slots]), np.sort(dist[mask])[:6])
+    _, enough = run(8)
+    _, unlimited = run(-1)
+    assert int(enough.warning[jsn.WarningKind.CONTACTFULL]) == 0
+    np.testing.assert_allclose(enough.qvel, unlimited.qvel, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(enough.qpos, unlimited.qpos, rtol=0, atol=1e-14)
 
 
 def _surface_points(kind: int, size: np.ndarray, n: int = 4000) -> np.ndarray:

@@ -14,7 +14,9 @@ the other geom's box, are within the pair's reach; the closest candidates are ke
 go back into the pair's static slots, so the contact array keeps its layout. When a
 world has more candidates than capacity, the farthest are dropped and
 `Contact.overflow` is set (`step` counts it as WarningKind.CONTACTFULL): never a silent
-drop.
+drop. `opt.max_contact_points` (MJX's custom numeric too) caps the contacts of each condim that
+get constraint rows at the deepest that many (`constraint.efc_slots`); more occupied slots set
+the same flag.
 
 Margins and gaps (MuJoCo 4 semantics, checked against mj_forward): a pair's margin
 and gap are the sums of its geoms' (or the <pair>'s own); the narrow phase reports
@@ -30,6 +32,7 @@ import inspect
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Bool
 
 from ..types import Contact, Data, Model, PairGroup, empty_contact
 from . import box, convex, hfield, mesh, multiccd, primitives
@@ -146,7 +149,18 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_r
         )
     if not parts:
         return empty_contact(0, model.dtype)
-    return Contact(**{k: jnp.concatenate([p[k] for p in parts]) for k in parts[0]}, overflow=overflow)
+    contact = Contact(**{k: jnp.concatenate([p[k] for p in parts]) for k in parts[0]}, overflow=overflow)
+    return contact.replace(overflow=overflow | _more_than_max_contact_points(model, contact))
+
+
+def _more_than_max_contact_points(model: Model, contact: Contact) -> Bool[Array, ""]:
+    """Whether a condim has more occupied slots than `max_contact_points` (the rest get no rows:
+    `constraint.efc_slots`)."""
+    layout = model.constraints
+    if layout.max_contact_points is None or layout.capacity_by_dim is None:
+        return jnp.zeros((), bool)
+    counts = [jnp.sum(contact.mask[np.nonzero(layout.contact_dim == dim)[0]]) for dim in layout.capacity_by_dim]
+    return jnp.any(jnp.stack(counts) > layout.max_contact_points)
 
 
 def distance_function(type1: int, type2: int):
