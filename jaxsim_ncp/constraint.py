@@ -359,13 +359,12 @@ def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | n
     picks = []
     for dim, capacity in layout.capacity_by_dim.items():
         slots = np.nonzero(layout.contact_dim == dim)[0]
-        occupiable = layout.occupiable_by_dim[dim]
-        if occupiable < len(slots):
-            slots = jnp.asarray(slots)[math.true_first(contact.mask[slots], occupiable)]
-        if capacity < occupiable:
-            depth = jnp.where(contact.mask[slots] & ~jnp.isnan(contact.dist[slots]), -contact.dist[slots], -jnp.inf)
-            slots = jnp.asarray(slots)[jax.lax.top_k(depth, capacity)[1]]
-        picks.append(jnp.asarray(slots))
+        mask = contact.mask[slots]
+        if capacity < layout.occupiable_by_dim[dim]:  # the deepest (a top_k: cheaper than compacting first)
+            depth = jnp.where(mask & ~jnp.isnan(contact.dist[slots]), -contact.dist[slots], -jnp.inf)
+            picks.append(jnp.asarray(slots)[jax.lax.top_k(depth, capacity)[1]])
+        else:
+            picks.append(jnp.asarray(slots)[math.true_first(mask, capacity)])
     return jnp.concatenate(picks)
 
 

@@ -19,10 +19,17 @@ def tree_where(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
-def prefix_count(flags: Bool[Array, " n"]) -> Int[Array, " n"]:
-    """Inclusive running count of the true flags, as a log-depth scan: `jnp.cumsum` lowers to a
-    reduce-window, whose CPU code takes n^2 steps."""
-    return jax.lax.associative_scan(jnp.add, flags.astype(jnp.int32))
+def prefix_count(flags: Bool[Array, " n"], block: int = 64) -> Int[Array, " n"]:
+    """Inclusive running count of the true flags: blocks of `block`, each counted by a product with a
+    triangle of ones, plus the counts of the blocks before it (the same product once more). Exact:
+    0/1 products summed in float32 below 2^24. `jnp.cumsum` lowers to a reduce-window, whose CPU code
+    takes n^2 steps; a log-depth `associative_scan` took 2x this time (3842 flags, 64 worlds)."""
+    n = flags.shape[0]
+    blocks = -(-n // block)
+    x = jnp.pad(flags.astype(jnp.float32), (0, blocks * block - n)).reshape(blocks, block)
+    within = x @ jnp.triu(jnp.ones((block, block), jnp.float32))
+    before = within[:, -1] @ jnp.triu(jnp.ones((blocks, blocks), jnp.float32), 1)
+    return (within + before[:, None]).reshape(-1)[:n].astype(jnp.int32)
 
 
 def true_first(flags: Bool[Array, " n"], count: int) -> Int[Array, " count"]:

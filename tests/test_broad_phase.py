@@ -89,6 +89,7 @@ def test_occupied_slots_come_first_in_order_as_a_stable_sort_puts_them():
         for count in (1, n // 3 + 1, n, n + 2):
             expected = np.argsort(~flags, axis=1, kind="stable")[:, :count]
             np.testing.assert_array_equal(first(jnp.asarray(flags), count), expected)
+        np.testing.assert_array_equal(jax.vmap(math.prefix_count)(jnp.asarray(flags)), np.cumsum(flags, axis=1))
 
 
 def test_load_rejects_a_bad_capacity_and_reads_mjx_custom_numeric():
