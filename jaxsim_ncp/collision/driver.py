@@ -209,13 +209,22 @@ def broad_phase_distance(model: Model, data: Data, types: tuple[int, int], g1: n
     """A lower bound on each pair's distance (MuJoCo's broad phase): the gap between their
     world-axis-aligned bounding boxes along the most separating axis, or, against a plane
     (infinite, as MuJoCo collides it), the height of the other's box above the plane."""
-    f1, f2 = _frames(model, data, g1, types[0]), _frames(model, data, g2, types[1])
-    e2 = _half_extents(types[1], f2.mat, f2.size, f2.mesh)
+    pos1, pos2 = data.geom_xpos[g1], data.geom_xpos[g2]
+    e2 = _geom_half_extents(model, data, types[1], g2)
     if types[0] == PLANE:
-        normal = f1.mat[:, :, 2]
-        return jnp.sum(normal * (f2.pos - f1.pos), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
-    e1 = _half_extents(types[0], f1.mat, f1.size, f1.mesh)
-    return jnp.max(jnp.abs(f2.pos - f1.pos) - e1 - e2, axis=-1)
+        planes, which = np.unique(g1, return_inverse=True)
+        normal = data.geom_xmat[planes][which.reshape(-1), :, 2]
+        return jnp.sum(normal * (pos2 - pos1), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
+    e1 = _geom_half_extents(model, data, types[0], g1)
+    return jnp.max(jnp.abs(pos2 - pos1) - e1 - e2, axis=-1)
+
+
+def _geom_half_extents(model: Model, data: Data, geom_type: int, geoms: np.ndarray) -> jax.Array:
+    """`_half_extents` of each of `geoms` (pairs repeat a geom many times: each distinct geom's box
+    is computed once and gathered)."""
+    distinct, which = np.unique(geoms, return_inverse=True)
+    f = _frames(model, data, distinct, geom_type)
+    return _half_extents(geom_type, f.mat, f.size, f.mesh)[which.reshape(-1)]
 
 
 def _narrow_phase_culled(fn, model: Model, data: Data, types, g1, g2, reach, capacity: int):
