@@ -363,8 +363,10 @@ def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | n
         if capacity < layout.occupiable_by_dim[dim]:  # the deepest (a top_k: cheaper than compacting first)
             depth = jnp.where(mask & ~jnp.isnan(contact.dist[slots]), -contact.dist[slots], -jnp.inf)
             picks.append(jnp.asarray(slots)[jax.lax.top_k(depth, capacity)[1]])
-        else:
+        elif capacity < len(slots):
             picks.append(jnp.asarray(slots)[math.true_first(mask, capacity)])
+        else:  # every slot has a place
+            picks.append(jnp.asarray(slots))
     return jnp.concatenate(picks)
 
 

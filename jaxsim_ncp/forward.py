@@ -520,7 +520,7 @@ def rollout(
     traj is a Data with a leading T axis: traj[t] is the Data returned by the t-th step.
     checkpoint=True rematerializes each step in the backward pass (memory O(T) states,
     not O(T) full Data), all but its solver's iterations: their solution is kept
-    (`implicit.SOLUTION`, nv numbers) and the step is linearized there; checkpoint=k (int > 1)
+    (`implicit.SOLUTION`: qacc, or the NCP's point) and the step is linearized there; checkpoint=k (int > 1)
     also scans in checkpointed chunks of k steps, so reverse mode stores only T/k carries
     plus the k of the chunk being differentiated; checkpoint="sqrt" takes k = ceil(sqrt(T)),
     which minimizes T/k + k: memory O(sqrt T) states for one more forward pass (each step
@@ -559,8 +559,8 @@ def rollout(
     acc, taps = ops.accumulator(model, dtype)
     start = (*ops.enter(data, taps), acc)
     if checkpoint:
-        # each step keeps its solver's solution (nv numbers): the backward pass replays the rest of the
-        # step and linearizes there, without the iterations (humanoid, 100-step gradient: 0.74x the time
+        # each step keeps its solver's solution: the backward pass replays the rest of the step and
+        # linearizes there, without the iterations (humanoid, 100-step gradient: about 0.75x the time
         # of replaying everything, memory unchanged)
         body = jax.checkpoint(body, policy=jax.checkpoint_policies.save_only_these_names(implicit.SOLUTION))
     if not checkpoint or checkpoint is True or int(checkpoint) <= 1 or ctrl.shape[0] <= int(checkpoint):
