@@ -102,25 +102,23 @@ def _shifted_cholesky(a: Float[Array, "b n n"], shift) -> tuple[Float[Array, "b 
     return lower, jnp.all(jnp.isfinite(jnp.diagonal(lower, axis1=-2, axis2=-1)), axis=-1)[:, None, None]
 
 
-def _cho_factor_chunk(a: Float[Array, "b n n"]) -> Float[Array, "b n n"]:
+def _cho_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> Float[Array, "b n n"]:
     """Factors of a + eps diag|a| (a relative change within rounding). Where the working precision
     cannot factor a matrix, a + sqrt(eps) diag|a|'s and, failing that too, diag|a|'s, computed only
-    if some matrix failed (a `cond`: a select would run every factorization; on an H100 that doubled
-    the humanoid's and the pile's Cholesky time). Each matrix's factor is the one it gets alone."""
+    if some matrix of the batch failed (a `cond` around the chunks, not one per chunk: a select would
+    run every factorization; on an H100 that doubled the humanoid's and the pile's Cholesky time).
+    Each matrix's factor is the one it gets alone."""
     eps, tiny = jnp.finfo(a.dtype).eps, jnp.finfo(a.dtype).tiny
-    lower, ok = _shifted_cholesky(a, eps)
+    cost = a.shape[-1] ** 3 // 3  # jaxlib's cost of potrf
+    lower, ok = _lapack(functools.partial(_shifted_cholesky, shift=eps), cost, threaded, a)
 
     def repaired():
-        retry, retry_ok = _shifted_cholesky(a, jnp.sqrt(eps))
+        retry, retry_ok = _lapack(functools.partial(_shifted_cholesky, shift=jnp.sqrt(eps)), cost, threaded, a)
         d = jnp.sqrt(jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + tiny)
         diagonal = d[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
         return jnp.where(ok, lower, jnp.where(retry_ok, retry, diagonal))
 
     return jax.lax.cond(jnp.all(ok), lambda: lower, repaired)
-
-
-def _cho_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> Float[Array, "b n n"]:
-    return _lapack(_cho_factor_chunk, a.shape[-1] ** 3 // 3, threaded, a)  # jaxlib's cost of potrf
 
 
 def _cho_solve_batch(lower: Float[Array, "b n n"], b: Float[Array, "b n k"], threaded: bool) -> Float[Array, "b n k"]:
