@@ -163,8 +163,9 @@ def batched_rollout(model_name: str, sim: str, batch: int, steps: int, seed: int
 
     if sim == "ours":
         import jaxsim_ncp as jsn
+        from jaxsim_ncp.workflows import mjx_limits
 
-        model = jsn.from_mujoco(m, **(options or {}))
+        model = jsn.from_mujoco(m, **{**mjx_limits(m), **(options or {})})  # MJX's contact cap, as MJX runs it
         data0 = jsn.make_data(model)
 
         def rollout(model, data, ctrl):

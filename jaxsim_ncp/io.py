@@ -141,9 +141,10 @@ def from_mujoco(
         raise ValueError(f"ncp_passes must be >= 1, got {ncp_passes!r}")
     if not ncp_recovery_speed > 0:  # inf: undo any penetration within one step (Dojo)
         raise ValueError(f"ncp_recovery_speed must be a speed > 0 (inf: no limit), got {ncp_recovery_speed!r}")
-    # MJX's custom numerics unless given; -1 (MJX's "no limit") overrides the file's
-    max_geom_pairs = _custom_numeric(m, "max_geom_pairs") if max_geom_pairs is None else max_geom_pairs
-    max_contact_points = _custom_numeric(m, "max_contact_points") if max_contact_points is None else max_contact_points
+    # max_geom_pairs: MJX's custom numeric unless given (-1, MJX's "no limit", overrides the file's);
+    # within capacity it changes nothing. max_contact_points only when given: MJX's numeric of that
+    # name drops contacts that MuJoCo C solves with, so reading it would part from MuJoCo's trajectory
+    max_geom_pairs = custom_numeric(m, "max_geom_pairs") if max_geom_pairs is None else max_geom_pairs
     max_geom_pairs, max_contact_points = (None if v == -1 else v for v in (max_geom_pairs, max_contact_points))
     for name, value in (("max_geom_pairs", max_geom_pairs), ("max_contact_points", max_contact_points)):
         if value is not None and (int(value) != value or value < 1):
@@ -604,7 +605,7 @@ def _check_distance_sensor(m: mujoco.MjModel, i: int, sname: str, unsupported) -
             unsupported(f"sensor {sname!r}: the distance of geoms {names[0]!r} and {names[1]!r} (geom/type)")
 
 
-def _custom_numeric(m: mujoco.MjModel, name: str) -> int | None:
+def custom_numeric(m: mujoco.MjModel, name: str) -> int | None:
     """An MJX-style <custom><numeric name=... data="n"/> setting; None when absent or <= 0 (MJX: -1, no limit)."""
     i = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_NUMERIC, name)
     if i < 0:

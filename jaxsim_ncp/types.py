@@ -329,7 +329,7 @@ class ConstraintLayout:
     are: then the efc contacts are `capacity_by_dim` places per condim, and each step
     fills them with the occupied slots of that condim (`constraint.efc_slots`), so
     the rows, and the solver's work, follow the capacity, not the number of pairs. With
-    `max_contact_points` (MJX's custom numeric) at most that many per condim get rows: the
+    `max_contact_points` (MJX's option) at most that many per condim get rows: the
     deepest, as MJX keeps them; a step with more flags WarningKind.CONTACTFULL.
     """
 

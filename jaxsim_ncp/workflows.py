@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from .io import load_mjcf
+from .io import from_mujoco, load_mjcf
 from .parallel import batched
 from .types import Model
 
@@ -503,6 +503,15 @@ BENCH_SCENES = {
 }
 
 
+def mjx_limits(mj) -> dict:
+    """The `max_contact_points` of an MJCF's MJX custom numeric as a `from_mujoco` keyword: the
+    benchmarks run ours with MJX's contact cap (the same contacts get rows in both), which a plain
+    load leaves out (MuJoCo C has no such cap)."""
+    from .io import custom_numeric
+
+    return {"max_contact_points": custom_numeric(mj, "max_contact_points")}
+
+
 def bench_model_path(name: str, folder: pathlib.Path) -> str:
     """A benchmark model's MJCF path: a generated scene of `BENCH_SCENES` (the pile is written into
     `folder`), a bundled model name or a file path (`resolve_model`)."""
@@ -530,10 +539,10 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
 
     rows = []
     for name in models:
-        path = bench_model_path(name, out)
-        model = load_mjcf(path)
+        mj = mujoco.MjModel.from_xml_path(bench_model_path(name, out))
+        model = from_mujoco(mj, **mjx_limits(mj))
         data = make_data(model)
-        mjx_run = _mjx_rollout(mujoco.MjModel.from_xml_path(path)) if mjx else None
+        mjx_run = _mjx_rollout(mj) if mjx else None
         if mjx_run is not None:
             run, d0 = mjx_run
             mjx_step = jax.jit(jax.vmap(lambda u: run(d0, u)[0].qpos))
@@ -570,14 +579,13 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
     import mujoco
 
     from .forward import rollout
-    from .io import from_mujoco
     from .types import make_data
 
     rows = []
     for name in models:
         mj = mujoco.MjModel.from_xml_path(bench_model_path(name, out))
         mj.opt.iterations = 1
-        model = from_mujoco(mj)
+        model = from_mujoco(mj, **mjx_limits(mj))
         data = make_data(model)
         rng = np.random.default_rng(0)
         configs = [(f"ours checkpoint={c}", _rollout_loss(lambda d, u, c=c: rollout(model, d, u, checkpoint=c), data))

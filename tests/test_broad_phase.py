@@ -104,7 +104,7 @@ def test_load_rejects_a_bad_capacity_and_reads_mjx_custom_numeric():
         jsn.load_mjcf(CROWD, max_contact_points=2.5)
 
 
-TILTED_BOXES = """<mujoco><custom><numeric name="max_contact_points" data="{limit}"/></custom>
+TILTED_BOXES = """<mujoco><custom><numeric name="max_contact_points" data="6"/></custom>
   <option timestep="0.005"/><worldbody><geom type="plane" size="5 5 .1"/>
   <body pos="0 0 .095" euler=".3 .5 0"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
   <body pos=".5 0 .096" euler="-.4 .2 0"><freejoint/><geom type="box" size=".1 .1 .1"/></body>
@@ -114,9 +114,10 @@ TILTED_BOXES = """<mujoco><custom><numeric name="max_contact_points" data="{limi
 def test_max_contact_points_keeps_the_deepest_contacts_and_flags_the_rest():
     """MJX's `max_contact_points`: two sunk, tilted boxes touch the floor at 8 corners, each at its
     own depth. A limit of 6 gives rows to the 6 deepest (as MJX's top_k keeps them) and flags
-    CONTACTFULL; a limit of 8 drops nothing and steps as without a limit."""
+    CONTACTFULL; a limit of 8 drops nothing and steps as without a limit. The file's MJX numeric
+    alone changes nothing (MuJoCo C ignores it: a plain load follows MuJoCo)."""
     def run(limit):
-        model = jsn.load_mjcf(TILTED_BOXES.format(limit=limit))
+        model = jsn.load_mjcf(TILTED_BOXES, max_contact_points=limit)
         data = jax.jit(lambda d: jsn.step(model, d))(jsn.make_data(model))
         return model, data
 
@@ -128,7 +129,8 @@ def test_max_contact_points_keeps_the_deepest_contacts_and_flags_the_rest():
     assert mask.sum() == 8 and int(after.warning[jsn.WarningKind.CONTACTFULL]) == 1
     np.testing.assert_array_equal(np.sort(dist[slots]), np.sort(dist[mask])[:6])
     _, enough = run(8)
-    _, unlimited = run(-1)
+    unlimited_model, unlimited = run(None)
+    assert unlimited_model.constraints.capacity_by_dim is None
     assert int(enough.warning[jsn.WarningKind.CONTACTFULL]) == 0
     np.testing.assert_allclose(enough.qvel, unlimited.qvel, rtol=0, atol=1e-12)
     np.testing.assert_allclose(enough.qpos, unlimited.qpos, rtol=0, atol=1e-14)

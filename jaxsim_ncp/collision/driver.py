@@ -14,7 +14,7 @@ the other geom's box, are within the pair's reach; the closest candidates are ke
 go back into the pair's static slots, so the contact array keeps its layout. When a
 world has more candidates than capacity, the farthest are dropped and
 `Contact.overflow` is set (`step` counts it as WarningKind.CONTACTFULL): never a silent
-drop. `opt.max_contact_points` (MJX's custom numeric too) caps the contacts of each condim that
+drop. `opt.max_contact_points` (MJX's option, given to `load_mjcf`) caps the contacts of each condim that
 get constraint rows at the deepest that many (`constraint.efc_slots`); more occupied slots set
 the same flag.
 
