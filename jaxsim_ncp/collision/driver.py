@@ -212,8 +212,7 @@ def broad_phase_distance(model: Model, data: Data, types: tuple[int, int], g1: n
     pos1, pos2 = data.geom_xpos[g1], data.geom_xpos[g2]
     e2 = _geom_half_extents(model, data, types[1], g2)
     if types[0] == PLANE:
-        planes, which = np.unique(g1, return_inverse=True)
-        normal = data.geom_xmat[planes][which.reshape(-1), :, 2]
+        normal = data.geom_xmat[g1, :, 2]
         return jnp.sum(normal * (pos2 - pos1), axis=-1) - jnp.sum(jnp.abs(normal) * e2, axis=-1)
     e1 = _geom_half_extents(model, data, types[0], g1)
     return jnp.max(jnp.abs(pos2 - pos1) - e1 - e2, axis=-1)
