@@ -656,36 +656,35 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
             valid = use
         return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n)[None], valid=valid[None])
 
-    def replayed(ccd):
+    def value(found) -> Collision:
+        """MuJoCo's contact from `search` (no contact: the start, finite, never read: invalid)."""
+        _, _, (n0, a0, b0), mj, use = found
+        dist = jnp.where(use, mj.dist, jnp.dot(n0, b0 - a0))
+        pos = jnp.where(use, mj.pos, 0.5 * (a0 + b0))
+        return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n0)[None], valid=use[None])
+
+    @jax.custom_jvp
+    def replayed(g1: GeomFrame, g2: GeomFrame, margin, found) -> Collision:
         """MuJoCo's contact as the value (`ccd.py`); the polish runs only where a derivative is taken
-        (a custom JVP: forward-only programs, such as plain rollouts, neither trace nor run it)."""
+        (a custom JVP: forward-only programs, such as plain rollouts, neither trace nor run it).
+        `found` (stop-gradient) is an argument, not computed inside: under differentiation JAX
+        traces a custom JVP's function and its rule separately, and MuJoCo's replay would be
+        traced twice (the mesh manifold scene's gradient: 32 -> 19 s of tracing)."""
+        return value(found)
 
-        def value(found) -> Collision:
-            _, _, (n0, a0, b0), mj, use = found  # no contact: the start, finite, never read (invalid)
-            dist = jnp.where(use, mj.dist, jnp.dot(n0, b0 - a0))
-            pos = jnp.where(use, mj.pos, 0.5 * (a0 + b0))
-            return Collision(dist=dist[None], pos=pos[None], frame=make_frame(n0)[None], valid=use[None])
-
-        @jax.custom_jvp
-        def contact(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
-            return value(search(g1, g2, margin, ccd))
-
-        @contact.defjvp
-        def contact_jvp(primals, tangents):
-            g1, g2, margin = primals
-            found = search(g1, g2, margin, ccd)
-            exact = lambda g1, g2: polished(g1, g2, margin, found)  # noqa: E731
-            _, tangent = jax.jvp(exact, (g1, g2), tangents[:2])
-            return value(found), tangent
-
-        return contact
+    @replayed.defjvp
+    def _replayed_jvp(primals, tangents):
+        g1, g2, margin, found = primals
+        exact = lambda g1, g2: polished(g1, g2, margin, found)  # noqa: E731
+        _, tangent = jax.jvp(exact, (g1, g2), tangents[:2])
+        return value(found), tangent
 
     def fn(g1: GeomFrame, g2: GeomFrame, margin: Float[Array, ""], ccd: tuple[float, int] | None = None) -> Collision:
         """ccd: MuJoCo's (ccd_tolerance, ccd_iterations): in float64 the contact's value is then
         MuJoCo's (`ccd.py`: within ccd_tolerance of the exact one for curved shapes), its
         derivative the exact contact's, polished from MuJoCo's (our GJK and EPA do not run)."""
         if ccd is not None and g1.pos.dtype == jnp.float64:
-            return replayed(ccd)(g1, g2, margin)
+            return replayed(g1, g2, margin, search(g1, g2, margin, ccd))
         return polished(g1, g2, margin, search(g1, g2, margin, None))
 
     fn.__name__ = f"convex_{k1}_{k2}"
