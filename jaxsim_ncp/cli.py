@@ -135,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     bench.add_argument("--steps", type=int, default=100)
     bench.add_argument("--horizons", type=int, nargs="*", default=[10, 100, 1000],
                        help="gradient part: rollout horizons (none: skip the part)")
+    bench.add_argument("--compile-repeats", type=int, default=2,
+                       help="one step's compile time: fastest of this many compiles from cold jit caches (0: skip)")
     bench.add_argument("--no-mjx", action="store_true", help="skip the MJX comparison")
     bench.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
     args = parser.parse_args(argv)
@@ -154,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
         elif args.command == "bench":
             out = _run_folder(args, "bench")
             if args.batch:
-                workflows.bench(args.models, args.batch, args.steps, out, mjx=not args.no_mjx)
+                workflows.bench(args.models, args.batch, args.steps, out, mjx=not args.no_mjx,
+                                compile_repeats=args.compile_repeats)
             if args.horizons:
                 workflows.bench_gradient(args.models, args.horizons, out, mjx=not args.no_mjx)
         if args.command != "demo":

@@ -1,7 +1,10 @@
 """Dense linear solves: Cholesky and LU through LAPACK (potrf, getrf, trsm) on the CPU, cuSOLVER /
 cuBLAS on GPUs; never XLA loops (on a GPU a loop of n dependent steps is n kernel launches: the
 100-cube pile's Newton step, nv = 600, took 190 ms on an H100 with loops and 5.7 ms without; on
-the CPU each loop is a while loop XLA compiles into every program that factors).
+the CPU each loop is a while loop XLA compiles into every program that factors). On the CPU the
+Cholesky factor and its solves call jaxlib's LAPACK targets on row-major matrices directly (the
+transpose of a column-major one: potrf and trsm on the upper triangle), where jax's own
+lowerings want column-major operands and XLA transposed each factor in and out.
 
 Deadlock (issue #11, the vmapped 27-box pile hung in half of the runs): jaxlib 0.10's CPU LAPACK
 kernels split a batch whose work reaches 2e5 flops into chunks, schedule them on XLA's intra-op
@@ -93,12 +96,55 @@ def _lapack(kernel, cost: int, threaded: bool, *args):
     return jax.tree.map(lambda o: o.reshape(chunks * chunk, *o.shape[2:])[:count], out)
 
 
-def _shifted_cholesky(a: Float[Array, "b n n"], shift) -> tuple[Float[Array, "b n n"], Array]:
-    """LAPACK's (potrf) Cholesky factors of a + shift diag|a|, and which matrices it factored (a
-    failed factor is NaN throughout, so its diagonal is enough to tell)."""
+def _lapack_target(routine: str, dtype) -> str:
+    """jaxlib's CPU FFI target of a LAPACK routine (e.g. "potrf_ffi"), LAPACK initialized."""
+    from jaxlib import lapack
+
+    return lapack.prepare_lapack_call(routine, np.dtype(dtype))
+
+
+def _char(c: str) -> np.uint8:
+    return np.uint8(ord(c))
+
+
+def _potrf_row_major(a: Float[Array, "b n n"]) -> tuple[Float[Array, "b n n"], Array]:
+    """LAPACK's potrf on row-major matrices, with no transposes: a row-major buffer is the
+    column-major transpose, so potrf's upper factor U of it ('U': a's lower triangle is read),
+    read back row-major, is L = U^T with L L^T = a. Its strict upper triangle is zeroed; `ok` per
+    matrix (LAPACK's info == 0). jax's `cholesky` wants column-major operands: XLA transposed every
+    factor in and out, elementwise kernels that were 8% of the humanoid step's code."""
+    out = jax.ffi.ffi_call(
+        _lapack_target("potrf_ffi", a.dtype),
+        (jax.ShapeDtypeStruct(a.shape, a.dtype), jax.ShapeDtypeStruct(a.shape[:-2], jnp.int32)),
+        input_output_aliases={0: 0},
+    )
+    upper_t, info = out(a, uplo=_char("U"))
+    return jnp.tril(upper_t), info == 0
+
+
+def _trsm_row_major(lower: Float[Array, "b n n"], b: Float[Array, "b n k"], transpose: bool) -> Float[Array, "b n k"]:
+    """L^-1 b (L^-T b with `transpose`) by LAPACK's trsm on the row-major factor: as a column-major
+    matrix L is U = L^T, so L x = b is U^T x = b ('U', 'T') and L^T x = b is U x = b ('U', 'N')."""
+    column_major = (0, 2, 1)  # major to minor
+    solve = jax.ffi.ffi_call(
+        _lapack_target("trsm_ffi", lower.dtype),
+        jax.ShapeDtypeStruct(b.shape, b.dtype),
+        input_layouts=[None, column_major],
+        output_layouts=column_major,
+        input_output_aliases={1: 0},
+    )
+    return solve(lower, b, side=_char("L"), uplo=_char("U"), trans_x=_char("N" if transpose else "T"), diag=_char("N"))
+
+
+def _shifted_cholesky(a: Float[Array, "b n n"], shift, threaded: bool) -> tuple[Float[Array, "b n n"], Array]:
+    """Cholesky factors of a + shift diag|a| (LAPACK's potrf on the CPU, `threaded=False`; jax's
+    elsewhere) and which matrices it factored ((b, 1, 1): a failed factor is unusable)."""
     d = jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + jnp.finfo(a.dtype).tiny
-    eye = jnp.eye(a.shape[-1], dtype=a.dtype)
-    lower = jax.lax.linalg.cholesky(a + shift * d[..., None] * eye, symmetrize_input=False)
+    shifted = a + shift * d[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
+    if not threaded:
+        lower, ok = _potrf_row_major(shifted)
+        return lower, ok[:, None, None]
+    lower = jax.lax.linalg.cholesky(shifted, symmetrize_input=False)  # NaN throughout where it failed
     return lower, jnp.all(jnp.isfinite(jnp.diagonal(lower, axis1=-2, axis2=-1)), axis=-1)[:, None, None]
 
 
@@ -110,10 +156,11 @@ def _cho_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> Float[Array, 
     Each matrix's factor is the one it gets alone."""
     eps, tiny = jnp.finfo(a.dtype).eps, jnp.finfo(a.dtype).tiny
     cost = a.shape[-1] ** 3 // 3  # jaxlib's cost of potrf
-    lower, ok = _lapack(functools.partial(_shifted_cholesky, shift=eps), cost, threaded, a)
+    factor = functools.partial(_shifted_cholesky, threaded=threaded)
+    lower, ok = _lapack(functools.partial(factor, shift=eps), cost, threaded, a)
 
     def repaired():
-        retry, retry_ok = _lapack(functools.partial(_shifted_cholesky, shift=jnp.sqrt(eps)), cost, threaded, a)
+        retry, retry_ok = _lapack(functools.partial(factor, shift=jnp.sqrt(eps)), cost, threaded, a)
         d = jnp.sqrt(jnp.abs(jnp.diagonal(a, axis1=-2, axis2=-1)) + tiny)
         diagonal = d[..., None] * jnp.eye(a.shape[-1], dtype=a.dtype)
         return jnp.where(ok, lower, jnp.where(retry_ok, retry, diagonal))
@@ -122,8 +169,10 @@ def _cho_factor_batch(a: Float[Array, "b n n"], threaded: bool) -> Float[Array, 
 
 
 def _cho_solve_batch(lower: Float[Array, "b n n"], b: Float[Array, "b n k"], threaded: bool) -> Float[Array, "b n k"]:
-    solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, lower=True)
     cost = lower.shape[-1] ** 2 * b.shape[-1]  # jaxlib's for trsm
+    if not threaded:
+        return _lapack(lambda t, r: _trsm_row_major(t, _trsm_row_major(t, r, False), True), cost, threaded, lower, b)
+    solve = functools.partial(jax.lax.linalg.triangular_solve, left_side=True, lower=True)
     return _lapack(lambda t, r: solve(t, solve(t, r), transpose_a=True), cost, threaded, lower, b)
 
 

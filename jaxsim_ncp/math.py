@@ -216,7 +216,9 @@ def cross_motion(v: Float[Array, "... 6"], m: Float[Array, "... 6"]) -> Float[Ar
     """Motion cross product v x m (mju_crossMotion)."""
     w, vl = v[..., :3], v[..., 3:]
     ma, ml = m[..., :3], m[..., 3:]
-    return jnp.concatenate([jnp.cross(w, ma), jnp.cross(w, ml) + jnp.cross(vl, ma)], axis=-1)
+    # the three products as one `cross` (one kernel, not three)
+    wma, wml, vma = jnp.cross(jnp.stack([w, w, vl]), jnp.stack([ma, ml, ma]))
+    return jnp.concatenate([wma, wml + vma], axis=-1)
 
 
 @recomputed
@@ -224,7 +226,8 @@ def cross_force(v: Float[Array, "... 6"], f: Float[Array, "... 6"]) -> Float[Arr
     """Force cross product v x* f (mju_crossForce)."""
     w, vl = v[..., :3], v[..., 3:]
     fa, fl = f[..., :3], f[..., 3:]
-    return jnp.concatenate([jnp.cross(w, fa) + jnp.cross(vl, fl), jnp.cross(w, fl)], axis=-1)
+    wfa, vfl, wfl = jnp.cross(jnp.stack([w, vl, w]), jnp.stack([fa, fl, fl]))
+    return jnp.concatenate([wfa + vfl, wfl], axis=-1)
 
 
 @recomputed

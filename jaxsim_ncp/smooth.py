@@ -89,19 +89,32 @@ def kinematics(model: Model, data: Data) -> Data:
         ids = np.asarray(topo.body_mocapid)[mocap]
         local_p = local_p.at[mocap].set(data.mocap_pos[ids])
         local_q = local_q.at[mocap].set(math.normalize(data.mocap_quat[ids]))
-    pre_p = jnp.zeros((njnt, 3), dt)  # body-local frame just before each joint acts
-    pre_q = jnp.zeros((njnt, 4), dt)
     jntadr = np.asarray(topo.body_jntadr, dtype=np.int64)
     jntnum = np.asarray(topo.body_jntnum, dtype=np.int64)
-    for k in range(topo.max_body_jntnum):  # static: at most a handful of joints per body
-        bodies = np.nonzero(jntnum > k)[0]
-        j = jntadr[bodies] + k
-        pre_p = pre_p.at[j].set(local_p[bodies])
-        pre_q = pre_q.at[j].set(local_q[bodies])
-        new_p = local_p[bodies] + math.quat_rotate(local_q[bodies], jnt_t[j])
-        new_q = math.quat_mul(local_q[bodies], jnt_r[j])
-        local_p = local_p.at[bodies].set(new_p)
-        local_q = local_q.at[bodies].set(new_q)
+    looped_joints = topo.max_body_jntnum > 2
+    if looped_joints:
+        jntadr, jntnum = jnp.asarray(jntadr), jnp.asarray(jntnum)
+
+    def apply_joint(k, pose):
+        """Every body's k-th joint, if it has one (the same entries as one body at a time)."""
+        local_p, local_q, pre_p, pre_q = pose
+        has = jntnum > k
+        j = (jnp if looped_joints else np).where(has, jntadr + k, njnt)  # njnt: no joint, writes dropped
+        pre_p = pre_p.at[j].set(local_p, mode="drop")  # body-local frame just before the joint acts
+        pre_q = pre_q.at[j].set(local_q, mode="drop")
+        t, r = jnt_t.at[j].get(mode="clip"), jnt_r.at[j].get(mode="clip")
+        local_p = jnp.where(has[:, None], local_p + math.quat_rotate(local_q, t), local_p)
+        local_q = jnp.where(has[:, None], math.quat_mul(local_q, r), local_q)
+        return local_p, local_q, pre_p, pre_q
+
+    # at most a handful of joints per body; more than two in a loop (one copy of the program)
+    pose = (local_p, local_q, jnp.zeros((njnt, 3), dt), jnp.zeros((njnt, 4), dt))
+    if looped_joints:
+        pose = jax.lax.fori_loop(0, topo.max_body_jntnum, jax.checkpoint(apply_joint), pose)
+    else:
+        for k in range(topo.max_body_jntnum):
+            pose = apply_joint(k, pose)
+    local_p, local_q, pre_p, pre_q = pose
 
     # Compose along the tree, one vectorized update per depth level, in a loop over the levels: the
     # program's size does not grow with the tree's depth (a loop of one or two levels is unrolled).
@@ -128,25 +141,27 @@ def kinematics(model: Model, data: Data) -> Data:
         for row in range(len(level_bodies)):
             frames = compose(row, frames)
     xpos, xquat = frames
-    xmat = math.quat_to_mat(xquat)
 
     # Joint anchors and axes, from the global frame just before each joint acts.
     jbody_parent = parent[np.asarray(topo.jnt_bodyid, dtype=np.int64)]
-    frame_p = xpos[jbody_parent] + math.quat_rotate(xquat[jbody_parent], pre_p)
     frame_q = math.quat_mul(xquat[jbody_parent], pre_q)
+    # every rotation matrix of the step in one call (one kernel instead of five)
+    quats = (xquat, frame_q, model.body_iquat, model.geom_quat, model.site_quat)
+    xmat, frame_mat, body_imat, geom_mat, site_mat = jnp.split(
+        math.quat_to_mat(jnp.concatenate(quats)), np.cumsum([q.shape[0] for q in quats[:-1]]))
+    frame_p = xpos[jbody_parent] + jnp.einsum("jik,jk->ji", xmat[jbody_parent], pre_p)
     is_free = (np.asarray(topo.jnt_type, dtype=np.int64) == JointType.FREE)[:, None]
-    frame_mat = math.quat_to_mat(frame_q)  # quat_rotate(frame_q, .) twice, its matrix computed once
     xanchor = jnp.where(is_free, jnt_t, frame_p + jnp.einsum("jik,jk->ji", frame_mat, model.jnt_pos))
     xaxis = jnp.where(is_free, jnp.array([0.0, 0.0, 1.0], dt), jnp.einsum("jik,jk->ji", frame_mat, model.jnt_axis))
 
     xipos = xpos + jnp.einsum("bij,bj->bi", xmat, model.body_ipos)
-    ximat = xmat @ math.quat_to_mat(model.body_iquat)
+    ximat = xmat @ body_imat
     gbody = np.asarray(topo.geom_bodyid, dtype=np.int64)
     geom_xpos = xpos[gbody] + jnp.einsum("gij,gj->gi", xmat[gbody], model.geom_pos)
-    geom_xmat = xmat[gbody] @ math.quat_to_mat(model.geom_quat)
+    geom_xmat = xmat[gbody] @ geom_mat
     sbody = np.asarray(topo.site_bodyid, dtype=np.int64)
     site_xpos = xpos[sbody] + jnp.einsum("sij,sj->si", xmat[sbody], model.site_pos)
-    site_xmat = xmat[sbody] @ math.quat_to_mat(model.site_quat)
+    site_xmat = xmat[sbody] @ site_mat
     return data.replace(
         xpos=xpos, xquat=xquat, xmat=xmat, xipos=xipos, ximat=ximat,
         xanchor=xanchor, xaxis=xaxis, geom_xpos=geom_xpos, geom_xmat=geom_xmat, site_xpos=site_xpos, site_xmat=site_xmat,

@@ -529,12 +529,15 @@ def bench_model_path(name: str, folder: pathlib.Path) -> str:
     return resolve_model(name)
 
 
-def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, mjx: bool = True) -> list[dict]:
+def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, mjx: bool = True,
+          compile_repeats: int = 2) -> list[dict]:  # fmt: skip
     """Forward throughput (steps/s) vs batch and compile time of a jitted rollout, side by side
-    with MJX (mujoco-mjx, when installed) on the same models; writes bench.csv."""
+    with MJX (mujoco-mjx, when installed) on the same models, and the compile time of one step
+    (`jax.jit(step)` of one world against `jax.jit(mjx.step)`, fastest of `compile_repeats`; 0
+    skips it); writes bench.csv."""
     import mujoco
 
-    from .forward import rollout
+    from .forward import rollout, step
     from .types import make_data
 
     rows = []
@@ -543,13 +546,17 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
         model = from_mujoco(mj, **mjx_limits(mj))
         data = make_data(model)
         mjx_run = _mjx_rollout(mj) if mjx else None
+        per_model = {"step_compile_s": _compile_seconds(step, model, data, repeats=compile_repeats)} if compile_repeats else {}
         if mjx_run is not None:
             run, d0 = mjx_run
             mjx_step = jax.jit(jax.vmap(lambda u: run(d0, u)[0].qpos))
+            if compile_repeats:
+                per_model["mjx_step_compile_s"] = _compile_seconds(*_mjx_step_args(mj), repeats=compile_repeats)
+                per_model["step_compile_ratio"] = per_model["step_compile_s"] / per_model["mjx_step_compile_s"]
         for batch in batches:
             ctrl = jnp.zeros((batch, steps, model.nu), model.dtype)
             ours = jax.jit(jax.vmap(lambda u: rollout(model, data, u)[0].qpos))
-            row = {"model": name, "batch": batch, "steps": steps}
+            row = {"model": name, "batch": batch, "steps": steps, **per_model}
             row["compile_s"], row["steps_per_s"] = _time(ours, ctrl, batch * steps)
             if mjx_run is not None:
                 row["mjx_compile_s"], row["mjx_steps_per_s"] = _time(mjx_step, ctrl, batch * steps)
@@ -646,6 +653,28 @@ def _time(fn, arg, work: int) -> tuple[float, float]:
     begin = time.perf_counter()
     jax.block_until_ready(fn(arg))
     return compile_s, work / (time.perf_counter() - begin)
+
+
+def _compile_seconds(fn, *args, repeats: int) -> float:
+    """Seconds to trace, lower and compile `jax.jit(fn)` for args: the fastest of `repeats`, the
+    later ones from cleared jit caches (the first in a process also pays one-time library setup,
+    e.g. jaxlib loading LAPACK from scipy on its first factorization, 0.4 s on a 2-core machine)."""
+    best = float("inf")
+    for attempt in range(repeats):
+        if attempt:
+            jax.clear_caches()
+        begin = time.perf_counter()
+        jax.jit(fn).lower(*args).compile()
+        best = min(best, time.perf_counter() - begin)
+    return best
+
+
+def _mjx_step_args(mj):
+    """(mjx.step, its model, its data) of one world."""
+    from mujoco import mjx
+
+    mx = mjx.put_model(mj)
+    return mjx.step, mx, mjx.make_data(mx)
 
 
 def _mjx_rollout(mj):

@@ -198,9 +198,11 @@ def test_polynomial_stiffness_and_damping_match_mujoco(integrator):
 
 
 def _limb(depth: int, joint: str) -> str:
-    """A chain of `depth` bodies hanging from the current body, each with `joint` and a capsule."""
+    """A chain of `depth` bodies hanging from the current body, each with the joints `joint`
+    (types separated by spaces, applied in order, anchors apart) and a capsule."""
+    joints = "".join(f'<joint type="{j}" pos="0 0.0{i} -0.0{i}" axis="0.3 1 0.{i + 2}"/>' for i, j in enumerate(joint.split()))
     bodies = "".join(
-        f'<body pos="0.05 0.1 -0.2" quat="0.9 0.1 0.3 -0.2"><joint type="{joint}" axis="0.3 1 0.2"/>'
+        f'<body pos="0.05 0.1 -0.2" quat="0.9 0.1 0.3 -0.2">{joints}'
         '<geom type="capsule" size="0.03" fromto="0 0 0 0 0 -0.2"/>'
         for _ in range(depth)
     )
@@ -209,9 +211,11 @@ def _limb(depth: int, joint: str) -> str:
 
 def test_tree_frames_match_mujoco_and_their_program_does_not_grow_with_depth():
     """Body frames of a branching tree whose depth levels differ in width (limbs of depth 1 to 5 on a
-    free torso, hinge, ball and slide joints) against mj_kinematics; the kinematics' traced program
-    is the same size for a 4- and a 12-link chain (the levels run in one loop)."""
-    limbs = _limb(1, "hinge") + _limb(3, "ball") + _limb(5, "hinge") + _limb(2, "slide")
+    free torso, hinge, ball and slide joints, bodies with up to four joints) against mj_kinematics;
+    the kinematics' traced program is the same size for a 4- and a 12-link chain (the levels run in
+    one loop)."""
+    limbs = (_limb(1, "hinge") + _limb(3, "ball") + _limb(5, "hinge") + _limb(2, "slide")
+             + _limb(2, "slide hinge hinge ball") + _limb(1, "hinge hinge"))
     xml = f'<mujoco><worldbody><body pos="0 0 2"><freejoint/><geom size="0.1"/>{limbs}</body></worldbody></mujoco>'
     m = mujoco.MjModel.from_xml_string(xml)
     model = jsn.from_mujoco(m)
@@ -225,6 +229,7 @@ def test_tree_frames_match_mujoco_and_their_program_does_not_grow_with_depth():
         assert rel_err(out.xquat, d.xquat) < 1e-12
         assert rel_err(out.xanchor, d.xanchor) < 1e-12
         assert rel_err(out.xaxis, d.xaxis) < 1e-12
+        assert rel_err(out.geom_xmat, d.geom_xmat.reshape(-1, 3, 3)) < 1e-12
 
     def size(depth: int) -> int:
         chain = jsn.from_mujoco(mujoco.MjModel.from_xml_string(f"<mujoco><worldbody>{_limb(depth, 'ball')}</worldbody></mujoco>"))

@@ -219,10 +219,10 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
     lin = jnp.asarray(kinds.friction) & efc.mask & ~quad
     d1_rows = jnp.where(quad, D * x * Jp, jnp.where(lin, fl * jnp.sign(x) * Jp, 0.0))
     d2_rows = jnp.where(quad, D * Jp**2, 0.0)
-    by_row = island.segment_sum(jnp.stack([rows, d1_rows, d2_rows], -1), isl.row, isl)
-    cost = alpha * gauss[0] + 0.5 * alpha**2 * gauss[1] + by_row[:, 0]
-    d1 = gauss[0] + alpha * gauss[1] + by_row[:, 1]
-    d2 = gauss[1] + by_row[:, 2]
+    by_row = [island.segment_sum(v, isl.row, isl) for v in (rows, d1_rows, d2_rows)]
+    cost = alpha * gauss[0] + 0.5 * alpha**2 * gauss[1] + by_row[0]
+    d1 = gauss[0] + alpha * gauss[1] + by_row[1]
+    d2 = gauss[1] + by_row[2]
     if middle is not None:
         mid, U, N, T, Dm = middle  # T is only used where mid, where it is > 0
         idx = kinds.cone
@@ -234,8 +234,9 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
         nmt1 = V[:, 0] - cone.mu * t1
         d1_cones = jnp.where(mid, Dm * nmt * nmt1, 0.0)
         d2_cones = jnp.where(mid, Dm * (nmt1**2 - cone.mu * (N / T - cone.mu) * t2), 0.0)
-        by_cone = island.segment_sum(jnp.stack([cones, d1_cones, d2_cones], -1), isl.row[idx.rows[:, 0]], isl)
-        cost, d1, d2 = cost + by_cone[:, 0], d1 + by_cone[:, 1], d2 + by_cone[:, 2]
+        ids = isl.row[idx.rows[:, 0]]
+        by_cone = [island.segment_sum(v, ids, isl) for v in (cones, d1_cones, d2_cones)]
+        cost, d1, d2 = cost + by_cone[0], d1 + by_cone[1], d2 + by_cone[2]
     return _Eval(cost, d1, d2)
 
 
