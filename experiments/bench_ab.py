@@ -8,7 +8,8 @@ compiled for both, and their calls alternate, so both see the same machine; the 
 fastest fifth of calls is what to read.
 
 Workloads, built by the benchmarks' own code for the MJX test humanoid (float32): ``fwdB`` =
-`bench_contact.batched_rollout` over B worlds (T = 100 for B < 64, else 20); ``grad`` =
+`bench_contact.batched_rollout` over B worlds (T = 100 for B < 64, else 20); ``h4fwdB`` = the same for
+the four humanoids (T = 20); ``grad`` =
 `bench_grad.build`'s configuration (e), the 100-step implicit gradient at MJX's settings; ``gradB`` =
 the same over B worlds (T = 20 for B >= 16); ``ncpB`` = ``fwdB`` with the NCP solver (T = 20, or 5 for
 B >= 64).
@@ -68,6 +69,8 @@ def workloads(pkg: str, names: list[str]) -> dict:
         if w.startswith("fwd"):
             batch = int(w[3:])
             out[w] = batched_rollout("humanoid", "ours", batch, 100 if batch < 64 else 20, seed=0)
+        elif w.startswith("h4fwd"):  # the four colliding humanoids
+            out[w] = batched_rollout("humanoids4", "ours", int(w[5:]), 20, seed=0)
         elif w.startswith("ncp"):
             batch = int(w[3:])
             out[w] = batched_rollout("humanoid", "ours", batch, 20 if batch < 64 else 5, seed=0, options=dict(solver="ncp"))
@@ -77,14 +80,14 @@ def workloads(pkg: str, names: list[str]) -> dict:
                              batch, 0, 0)
             out[w] = (jax.jit(fn), args)
         else:
-            raise ValueError(f"unknown workload {w!r} (fwdB, ncpB, grad or gradB)")
+            raise ValueError(f"unknown workload {w!r} (fwdB, h4fwdB, ncpB, grad or gradB)")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("refs", nargs=2, help="two git refs (or WORKTREE): A, then B")
-    parser.add_argument("--work", default="fwd1,fwd256,grad", help="comma-separated: fwdB (B worlds), ncpB, grad, gradB")
+    parser.add_argument("--work", default="fwd1,fwd256,grad", help="comma-separated: fwdB (B worlds), h4fwdB, ncpB, grad, gradB")
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per version and workload")
     args = parser.parse_args()
     work = args.work.split(",")
