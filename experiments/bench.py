@@ -25,4 +25,4 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     if "--out" not in argv:
         argv += ["--out", str(pathlib.Path(__file__).parent / "results")]
-    cli.main(["bench", *argv])
+    cli.main(["bench", *argv], cpu_cores=True)

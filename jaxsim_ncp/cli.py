@@ -36,14 +36,14 @@ def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
     amp = rng.uniform(0.2, 1.0, size=(batch, 1, model.nu))
     freq = rng.uniform(0.5, 3.0, size=(batch, 1, model.nu))
     ctrl = jnp.asarray(amp * np.sin(2 * np.pi * freq * t[None, :, None]), dtype=model.dtype)
-    run = jax.jit(jax.vmap(lambda u: jsn.rollout(model, data, u)))
+    run = jsn.batched(lambda u: jsn.rollout(model, data, u))  # the worlds split over the devices (cores)
     start = time.perf_counter()
     final, traj = jax.block_until_ready(run(ctrl))
     compile_s = time.perf_counter() - start
     start = time.perf_counter()
     final, traj = jax.block_until_ready(run(ctrl))
     run_s = time.perf_counter() - start
-    print(f"batch rollout: {batch} worlds x {steps} steps: first call (compile + run) {compile_s:.2f} s, "
+    print(f"batch rollout: {batch} worlds x {steps} steps on {jax.device_count()} device(s): first call (compile + run) {compile_s:.2f} s, "
           f"then {run_s * 1e3:.1f} ms = {batch * steps / run_s:,.0f} steps/s; "
           f"diverged worlds: {int(np.sum(np.asarray(final.diverged)))}")
 
@@ -97,9 +97,11 @@ def _run_folder(args, kind: str) -> pathlib.Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, cpu_cores: bool | None = None) -> None:
     """Parse and run a subcommand; a bad config, model file or value exits with one line
-    naming the problem (status 2)."""
+    naming the problem (status 2). cpu_cores: first give JAX's CPU a device per core
+    (`use_cpu_cores`: the batched commands then run a share of the worlds on each); by default
+    only as the `jaxsim-ncp` command (argv None), not inside a Python process that uses JAX itself."""
     from . import workflows
     from .io import MJCFError
     from .types import UnsupportedFeatureError
@@ -140,6 +142,10 @@ def main(argv: list[str] | None = None) -> None:
     bench.add_argument("--no-mjx", action="store_true", help="skip the MJX comparison")
     bench.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
     args = parser.parse_args(argv)
+    if argv is None if cpu_cores is None else cpu_cores:
+        from .parallel import use_cpu_cores
+
+        use_cpu_cores()
 
     try:
         if args.command == "demo":

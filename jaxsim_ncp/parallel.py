@@ -22,12 +22,41 @@ from the results (which then come back whole on every device, not split). `donat
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+def use_cpu_cores(count: int | None = None) -> int:
+    """Give JAX's CPU backend `count` devices (default: one per core this process may run on), so that
+    `batched` runs a share of the worlds on each core. Returns the number of CPU devices.
+
+    XLA:CPU runs one program's operations mostly one after another (the humanoid's vmapped step at
+    B = 1024 keeps 1.3 of 2 cores busy); a device per core runs the shares side by side (2 cores:
+    0.7x the time). Call it right after `import jax`, before any JAX operation: JAX fixes the CPU
+    device count when its backend starts (a later call raises, unless the count is already `count`).
+    Our CPU factorizations never use XLA's shared thread pool (`linalg`), so concurrent devices
+    cannot deadlock there; jaxlib's own batched LAPACK kernels (MJX's Cholesky) can.
+    """
+    if count is None:
+        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if int(count) != count or count < 1:
+        raise ValueError(f"use_cpu_cores needs a count >= 1, got {count}")
+    count = int(count)
+    try:
+        jax.config.update("jax_num_cpu_devices", count)
+    except RuntimeError:
+        present = len(jax.devices("cpu"))
+        if present != count:
+            raise RuntimeError(
+                f"use_cpu_cores({count}): JAX's CPU backend already started with {present} device(s); "
+                "call it right after `import jax`, before any JAX operation"
+            ) from None
+    return count
 
 
 def world_mesh(devices: Sequence[jax.Device] | None = None, axis: str = "worlds") -> Mesh:

@@ -534,7 +534,10 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
     """Forward throughput (steps/s) vs batch and compile time of a jitted rollout, side by side
     with MJX (mujoco-mjx, when installed) on the same models, and the compile time of one step
     (`jax.jit(step)` of one world against `jax.jit(mjx.step)`, fastest of `compile_repeats`; 0
-    skips it); writes bench.csv."""
+    skips it); writes bench.csv. Both run as `jax.jit(jax.vmap(rollout))` on one device; with more
+    than one device (`use_cpu_cores`, the CLI's default on a CPU) ours also runs through `batched`
+    (`batched_*` columns; MJX is not run that way: jaxlib's batched Cholesky that it calls can
+    deadlock when several CPU devices run it at once, issue #11)."""
     import mujoco
 
     from .forward import rollout, step
@@ -548,10 +551,12 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
         mjx_run = _mjx_rollout(mj) if mjx else None
         per_model = {"step_compile_s": _compile_seconds(step, model, data, repeats=compile_repeats)} if compile_repeats else {}
         if mjx_run is not None:
-            run, d0 = mjx_run
+            run, d0, mx = mjx_run
             mjx_step = jax.jit(jax.vmap(lambda u: run(d0, u)[0].qpos))
             if compile_repeats:
-                per_model["mjx_step_compile_s"] = _compile_seconds(*_mjx_step_args(mj), repeats=compile_repeats)
+                from mujoco import mjx as mjx_module
+
+                per_model["mjx_step_compile_s"] = _compile_seconds(mjx_module.step, mx, d0, repeats=compile_repeats)
                 per_model["step_compile_ratio"] = per_model["step_compile_s"] / per_model["mjx_step_compile_s"]
         for batch in batches:
             ctrl = jnp.zeros((batch, steps, model.nu), model.dtype)
@@ -561,6 +566,12 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
             if mjx_run is not None:
                 row["mjx_compile_s"], row["mjx_steps_per_s"] = _time(mjx_step, ctrl, batch * steps)
                 row["speed_ratio"] = row["steps_per_s"] / row["mjx_steps_per_s"]
+            if len(jax.devices()) > 1:  # ours again, the worlds split over the devices (`jsn.batched`)
+                spread = batched(lambda u: rollout(model, data, u)[0].qpos)
+                row["batched_devices"] = len(jax.devices())
+                row["batched_compile_s"], row["batched_steps_per_s"] = _time(spread, ctrl, batch * steps)
+                if mjx_run is not None:
+                    row["batched_speed_ratio"] = row["batched_steps_per_s"] / row["mjx_steps_per_s"]
             _print_row(row)
             rows.append(row)
     keys = sorted({k for r in rows for k in r}, key=lambda k: list(rows[-1]).index(k) if k in rows[-1] else 99)
@@ -599,7 +610,7 @@ def bench_gradient(models: list[str], horizons: list[int], out: pathlib.Path, mj
                    for c in checkpoints]  # fmt: skip
         mjx_run = _mjx_rollout(mj) if mjx else None
         if mjx_run is not None:
-            configs.append(("mjx", _rollout_loss(*mjx_run)))
+            configs.append(("mjx", _rollout_loss(*mjx_run[:2])))
         for horizon in horizons:
             ctrl = jnp.asarray(rng.uniform(-0.3, 0.3, (horizon, model.nu)), model.dtype)
             for label, loss in configs:
@@ -669,17 +680,9 @@ def _compile_seconds(fn, *args, repeats: int) -> float:
     return best
 
 
-def _mjx_step_args(mj):
-    """(mjx.step, its model, its data) of one world."""
-    from mujoco import mjx
-
-    mx = mjx.put_model(mj)
-    return mjx.step, mx, mjx.make_data(mx)
-
-
 def _mjx_rollout(mj):
-    """MJX's rollout(d, ctrl) -> (final, traj) through `mjx.step` and its initial data, or None
-    without mujoco-mjx."""
+    """(rollout, initial data, model) of MJX: rollout(d, ctrl) -> (final, traj) through `mjx.step`;
+    None without mujoco-mjx."""
     try:
         from mujoco import mjx
     except ImportError:
@@ -694,4 +697,4 @@ def _mjx_rollout(mj):
 
         return jax.lax.scan(body, d, ctrl)
 
-    return run, mjx.make_data(mx)
+    return run, mjx.make_data(mx), mx

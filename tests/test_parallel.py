@@ -1,16 +1,18 @@
 """Batches of worlds split over devices (`jsn.batched`), on 4 CPU devices
-(`--xla_force_host_platform_device_count=4`, in a child process: the suite's own process has one).
+(`jsn.use_cpu_cores(4)`, in a child process: the suite's own process has one).
 
 Checked (Newton solver): a batch that does not divide over the devices; each device's worlds are
 bit-identical to the same slice run on one device, and to the same call again; a bad world is
 flagged without touching the others; gradients with respect to batched inputs and to a parameter
-all worlds share match central finite differences; a donated state's buffers are reused."""
+all worlds share match central finite differences; a donated state's buffers are reused; the
+benchmark's split run."""
 
 import os
 import subprocess
 import sys
 import textwrap
 
+import jax
 import jax.numpy as jnp
 import pytest
 
@@ -19,9 +21,10 @@ import jaxsim_ncp as jsn
 CHILD = textwrap.dedent(
     """
     import equinox as eqx, jax, jax.numpy as jnp, numpy as np
-    jax.config.update("jax_enable_x64", True)
     import jaxsim_ncp as jsn
 
+    assert jsn.use_cpu_cores(4) == 4 and jsn.use_cpu_cores(4) == 4  # before JAX starts, then the same count again
+    jax.config.update("jax_enable_x64", True)
     assert jax.device_count() == 4, jax.devices()
     model = jsn.load_mjcf('''<mujoco><option timestep="0.01"/><worldbody><geom type="plane" size="2 2 .1"/>
       <body pos="0 0 .12"><freejoint/><geom type="sphere" size=".1" mass="1"/></body>
@@ -75,19 +78,30 @@ CHILD = textwrap.dedent(
     state = advance(jax.vmap(lambda v: data.replace(qvel=v))(qvel[:4]))  # now on the devices
     after = advance(state)
     assert state.qpos.is_deleted() and not after.qpos.is_deleted()
+
+    # the benchmark runs ours a second time with the worlds over the devices
+    import pathlib, tempfile
+    from jaxsim_ncp import workflows
+    (row,) = workflows.bench(["cube"], [4], 2, pathlib.Path(tempfile.mkdtemp()), mjx=False, compile_repeats=0)
+    assert row["batched_devices"] == 4 and row["batched_steps_per_s"] > 0 and row["steps_per_s"] > 0
     print("ok")
     """
 )
 
 
 def test_batches_split_over_four_devices_match_one_device_and_finite_differences():
-    env = dict(os.environ)  # with the suite's XLA flags (conftest)
-    env["XLA_FLAGS"] = env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
+    # with the suite's XLA flags (conftest)
+    result = subprocess.run([sys.executable, "-c", CHILD], env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-4000:]
 
 
 def test_bad_batches_are_refused_with_the_cause():
+    # the CPU device count is fixed once JAX has started (this process: one device)
+    assert len(jax.devices("cpu")) == 1 and jsn.use_cpu_cores(1) == 1
+    with pytest.raises(RuntimeError, match=r"use_cpu_cores\(2\): JAX's CPU backend already started with 1 device"):
+        jsn.use_cpu_cores(2)
+    with pytest.raises(ValueError, match="count >= 1, got 0"):
+        jsn.use_cpu_cores(0)
     with pytest.raises(ValueError, match="no axis 'worlds'"):
         jsn.batched(lambda x: x, jsn.world_mesh(axis="batch"))
     with pytest.raises(ValueError, match="in_axes must be 0 or None"):
