@@ -39,6 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
+from .math import map_chunks
+
 
 def full_precision(fn):
     """Trace fn with float32 matrix products at full float32 precision.
@@ -85,15 +87,9 @@ def _lapack(kernel, cost: int, threaded: bool, *args):
     """kernel(*args) on a batch (the leading axis). On the CPU (`threaded=False`) a batch whose
     work `len * cost` reaches `_LAPACK_INLINE_WORK` runs chunk by chunk (`lax.map`), each chunk
     below it, so jaxlib never hands LAPACK work to XLA's thread pool; elsewhere in one call."""
-    count = args[0].shape[0]
-    chunk = count if threaded else max(1, (_LAPACK_INLINE_WORK - 1) // max(1, cost))
-    if count <= chunk:
+    if threaded:
         return kernel(*args)
-    chunks = -(-count // chunk)
-    chunk = -(-count // chunks)  # as even as possible; the last chunk padded with copies of the last entry
-    padded = [jnp.concatenate([x, jnp.repeat(x[-1:], chunks * chunk - count, axis=0)]) for x in args]
-    out = jax.lax.map(lambda xs: kernel(*xs), tuple(x.reshape(chunks, chunk, *x.shape[1:]) for x in padded))
-    return jax.tree.map(lambda o: o.reshape(chunks * chunk, *o.shape[2:])[:count], out)
+    return map_chunks(kernel, args, max(1, (_LAPACK_INLINE_WORK - 1) // max(1, cost)))
 
 
 def _lapack_target(routine: str, dtype) -> str:

@@ -19,6 +19,25 @@ def tree_where(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
+def map_chunks(fn, args: tuple, size: int):
+    """fn(*args) over the leading axis of every leaf of `args` (one size), in chunks of at most
+    `size` entries run one after another (`lax.map`), as even as possible; the last chunk is padded
+    with copies of the last entry, dropped from the result. fn maps a batch to a batch."""
+    count = jax.tree.leaves(args)[0].shape[0]
+    if count <= size:
+        return fn(*args)
+    chunks = -(-count // size)
+    size = -(-count // chunks)
+    pad = chunks * size - count
+
+    def split(x):
+        x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
+        return x.reshape(chunks, size, *x.shape[1:])
+
+    out = jax.lax.map(lambda xs: fn(*xs), jax.tree.map(split, args))
+    return jax.tree.map(lambda o: o.reshape(chunks * size, *o.shape[2:])[:count], out)
+
+
 def prefix_count(flags: Bool[Array, " n"], block: int = 64) -> Int[Array, " n"]:
     """Inclusive running count of the true flags: blocks of `block`, each counted by a product with a
     triangle of ones, plus the counts of the blocks before it (the same product once more). Exact:

@@ -2,9 +2,10 @@
 wait for each other.
 
 `batched(fn)` is `jax.jit(jax.vmap(fn))` with the batch axis split over a device mesh by
-`jax.shard_map`: device k runs worlds [k B/n, (k+1) B/n) as `vmap(fn)`, the computation that slice
-runs on one device (with the Newton solver bit for bit; the NCP's programs differ from it in the
-last bit), and a world's solver loops stop when *its device's* worlds converge. (Handing
+`jax.shard_map`: device k runs worlds [k B/n, (k+1) B/n) as `vmap(fn)` (on CPU devices in tiles of
+`CPU_TILE` worlds, one after another), the computation that slice runs on one device (with the
+Newton solver bit for bit; the NCP's programs differ from it in the last bit), and a world's solver
+loops stop when *its device's* (tile's) worlds converge. (Handing
 `jax.jit(jax.vmap(fn))` sharded inputs also works, but XLA then partitions the whole program: every
 `while_loop` trip of the solvers reduces its predicate over all devices.)
 
@@ -18,6 +19,10 @@ multiple of the device count is padded with copies of its last world, and the co
 from the results (which then come back whole on every device, not split). `donate_argnums` (as
 `jax.jit`'s) lets the results reuse the arguments' memory: a simulation carried from call to call
 (`data = run(data, ctrl)[0]`) then needs one copy of its state, not two.
+
+On a CPU, `use_cpu_cores()` (right after `import jax`) gives JAX a device per core, so that the
+shares run side by side: the humanoid's 1024 worlds on 2 cores took 0.55x the time of
+`jax.jit(jax.vmap(...))` with both (`experiments/results/humanoid_cpu.md`, stop 64).
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from .math import map_chunks
+
+CPU_TILE = 128  # worlds per tile on CPU devices (`batched`): 32 to 128 all ran the humanoid alike, 256 slower
 
 
 def use_cpu_cores(count: int | None = None) -> int:
@@ -70,16 +79,25 @@ def batched(
     axis: str = "worlds",
     in_axes: int | None | Sequence[int | None] = 0,
     donate_argnums: int | Sequence[int] = (),
+    tile: int | None = None,
 ) -> Callable[..., Any]:
     """`jax.jit(jax.vmap(fn, in_axes))` with the worlds (axis 0 of every batched argument and of every
     result) split over `mesh`'s `axis` (default `world_mesh()`).
 
     in_axes: 0 (batched along axis 0) or None (shared by all worlds), one for all arguments or one per
     positional argument. Build it once and call it many times: each call of `batched` is a new jit.
+    tile: each device runs its worlds `vmap`ped in tiles of at most this many, one tile after another
+    (`lax.map`; 0: all at once). Default: `CPU_TILE` on CPU devices, no tiles on others. XLA:CPU
+    runs a vmapped program one operation at a time over all its worlds; a tile's intermediate arrays
+    stay in the cache (humanoid, 1024 worlds on 2 cores: 0.8x the CPU time).
     """
     mesh = world_mesh(axis=axis) if mesh is None else mesh
     if axis not in mesh.axis_names:
         raise ValueError(f"mesh has no axis {axis!r} (its axes: {mesh.axis_names})")
+    if tile is None:
+        tile = CPU_TILE if mesh.devices.flat[0].platform == "cpu" else 0
+    if int(tile) != tile or tile < 0:
+        raise ValueError(f"tile must be a count of worlds >= 0, got {tile!r}")
     n_devices = mesh.shape[axis]
     explicit = mesh.axis_types[mesh.axis_names.index(axis)] == jax.sharding.AxisType.Explicit
 
@@ -103,11 +121,18 @@ def batched(
         # put each argument where its device's share is (a mesh of explicit axes, jax.make_mesh's
         # default, asks for this; with automatic axes it only pins the layout)
         args = tuple(jax.tree.map(lambda x, s=s: place(x, s), arg) for s, arg in zip(specs, args))
+        def worlds(*args):  # one device's share, tile by tile (each tile a vmap of fn)
+            def tile_of_worlds(*own):
+                own = iter(own)
+                return jax.vmap(fn, in_axes=axes)(*(next(own) if a == 0 else x for a, x in zip(axes, args)))
+
+            own = tuple(x for a, x in zip(axes, args) if a == 0)
+            return map_chunks(tile_of_worlds, own, tile) if tile else tile_of_worlds(*own)
+
         # check_vma=False: the solvers' loops start from constants that each device then changes
         # (JAX's check would ask for a cast in every such carry); the forward pass reduces nothing
         # over devices (reverse mode sums a shared argument's cotangent over them)
-        per_device = jax.shard_map(jax.vmap(fn, in_axes=axes), mesh=mesh, in_specs=specs,
-                                   out_specs=PartitionSpec(axis), check_vma=False)  # fmt: skip
+        per_device = jax.shard_map(worlds, mesh=mesh, in_specs=specs, out_specs=PartitionSpec(axis), check_vma=False)
         out = per_device(*args)
         if not pad:
             return out

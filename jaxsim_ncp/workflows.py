@@ -534,10 +534,10 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
     """Forward throughput (steps/s) vs batch and compile time of a jitted rollout, side by side
     with MJX (mujoco-mjx, when installed) on the same models, and the compile time of one step
     (`jax.jit(step)` of one world against `jax.jit(mjx.step)`, fastest of `compile_repeats`; 0
-    skips it); writes bench.csv. Both run as `jax.jit(jax.vmap(rollout))` on one device; with more
-    than one device (`use_cpu_cores`, the CLI's default on a CPU) ours also runs through `batched`
-    (`batched_*` columns; MJX is not run that way: jaxlib's batched Cholesky that it calls can
-    deadlock when several CPU devices run it at once, issue #11)."""
+    skips it); writes bench.csv. Both run as `jax.jit(jax.vmap(rollout))` on one device; ours also
+    through `batched` (`batched_*` columns: over every device, a CPU's worlds in tiles; the CLI gives
+    a CPU a device per core, `use_cpu_cores`). MJX is not run that way: jaxlib's batched Cholesky,
+    which it calls, deadlocks when several CPU devices run it at once (issue #11)."""
     import mujoco
 
     from .forward import rollout, step
@@ -566,7 +566,7 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
             if mjx_run is not None:
                 row["mjx_compile_s"], row["mjx_steps_per_s"] = _time(mjx_step, ctrl, batch * steps)
                 row["speed_ratio"] = row["steps_per_s"] / row["mjx_steps_per_s"]
-            if len(jax.devices()) > 1:  # ours again, the worlds split over the devices (`jsn.batched`)
+            if batch > 1:  # ours again through `batched`: the worlds split over the devices, in tiles on a CPU
                 spread = batched(lambda u: rollout(model, data, u)[0].qpos)
                 row["batched_devices"] = len(jax.devices())
                 row["batched_compile_s"], row["batched_steps_per_s"] = _time(spread, ctrl, batch * steps)

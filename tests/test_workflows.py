@@ -100,6 +100,7 @@ def test_bench_cli_compares_with_mjx(tmp_path, capsys):
     value = dict(zip(header.split(","), row.split(",")))
     assert float(value["steps_per_s"]) > 0 and float(value["speed_ratio"]) > 0
     assert float(value["step_compile_s"]) > 0 and float(value["step_compile_ratio"]) > 0
+    assert int(value["batched_devices"]) == 1 and float(value["batched_speed_ratio"]) > 0  # through jsn.batched
 
 
 def test_bench_scenes_are_the_pile_and_four_colliding_humanoids(tmp_path):
