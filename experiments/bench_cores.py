@@ -5,7 +5,7 @@ in tiles) against `jax.jit(jax.vmap(rollout))` and MJX's, interleaved calls in o
 
 --devices sets JAX's CPU device count (`jsn.use_cpu_cores`) before JAX starts; ours runs through
 `batched` over the first n devices for each n of --meshes (default: all) and each tile of --tiles
-(0: a device's worlds all at once). Prints the mean of the fastest third of --repeats calls, the
+(0: a device's worlds all at once), MJX on one device in tiles for each of --mjx-tiles. Prints the mean of the fastest third of --repeats calls, the
 median, the process CPU time per call and the ratio to MJX's `jax.jit(jax.vmap(...))`. MJX is not run
 through `batched`: its Cholesky (jaxlib's batched potrf) deadlocks when two CPU devices run it at once.
 """
@@ -26,6 +26,7 @@ parser.add_argument("--steps", type=int, default=10)
 parser.add_argument("--devices", type=int, default=None, help="CPU devices (default: one per core)")
 parser.add_argument("--meshes", type=int, nargs="*", default=None, help="device counts for batched (default: all)")
 parser.add_argument("--tiles", type=int, nargs="*", default=[128])
+parser.add_argument("--mjx-tiles", type=int, nargs="*", default=[], help="MJX on one device in tiles (lax.map)")
 parser.add_argument("--repeats", type=int, default=9)
 args = parser.parse_args()
 
@@ -37,6 +38,7 @@ import jax.numpy as jnp  # noqa: E402
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 
+from jaxsim_ncp.math import map_chunks  # noqa: E402
 from jaxsim_ncp.types import make_data  # noqa: E402
 from jaxsim_ncp.workflows import _mjx_rollout, bench_model_path, from_mujoco, mjx_limits  # noqa: E402
 
@@ -48,6 +50,9 @@ data = make_data(model)
 ours = lambda u: rollout(model, data, u)[0].qpos  # noqa: E731
 run, d0, _ = _mjx_rollout(mj)
 fns = {"mjx jit(vmap)": jax.jit(jax.vmap(lambda u: run(d0, u)[0].qpos)), "ours jit(vmap)": jax.jit(jax.vmap(ours))}
+for tile in args.mjx_tiles:
+    tiled = lambda u, t=tile: map_chunks(jax.vmap(lambda v: run(d0, v)[0].qpos), (u,), t)  # noqa: E731
+    fns[f"mjx jit, tiles of {tile}"] = jax.jit(tiled)
 for n in args.meshes or [jax.device_count()]:
     for tile in args.tiles:
         fns[f"ours batched {n} dev tile {tile}"] = jsn.batched(ours, jsn.world_mesh(jax.devices()[:n]), tile=tile)
