@@ -43,8 +43,8 @@ def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
     start = time.perf_counter()
     final, traj = jax.block_until_ready(run(ctrl))
     run_s = time.perf_counter() - start
-    print(f"batch rollout: {batch} worlds x {steps} steps on {jax.device_count()} device(s): first call (compile + run) {compile_s:.2f} s, "
-          f"then {run_s * 1e3:.1f} ms = {batch * steps / run_s:,.0f} steps/s; "
+    print(f"batch rollout: {batch} worlds x {steps} steps on {jax.device_count()} device(s): "
+          f"first call (compile + run) {compile_s:.2f} s, then {run_s * 1e3:.1f} ms = {batch * steps / run_s:,.0f} steps/s; "
           f"diverged worlds: {int(np.sum(np.asarray(final.diverged)))}")
 
     # 2. gradient of a rollout loss: fingertip distance to a target, w.r.t. the control sequence

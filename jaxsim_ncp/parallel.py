@@ -21,8 +21,9 @@ from the results (which then come back whole on every device, not split). `donat
 (`data = run(data, ctrl)[0]`) then needs one copy of its state, not two.
 
 On a CPU, `use_cpu_cores()` (right after `import jax`) gives JAX a device per core, so that the
-shares run side by side: the humanoid's 1024 worlds on 2 cores took 0.55x the time of
-`jax.jit(jax.vmap(...))` with both (`experiments/results/humanoid_cpu.md`, stop 64).
+shares run side by side: the humanoid's 1024 worlds on 2 cores took 0.47x the time of
+`jax.jit(jax.vmap(...))` with tiles and two devices, 1.8-2.1x MJX's throughput
+(`experiments/bench_cores.py`, `experiments/results/humanoid_cpu.md`, stop 64).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def use_cpu_cores(count: int | None = None) -> int:
 
     XLA:CPU runs one program's operations mostly one after another (the humanoid's vmapped step at
     B = 1024 keeps 1.3 of 2 cores busy); a device per core runs the shares side by side (2 cores:
-    0.7x the time). Call it right after `import jax`, before any JAX operation: JAX fixes the CPU
+    0.6x the time). Call it right after `import jax`, before any JAX operation: JAX fixes the CPU
     device count when its backend starts (a later call raises, unless the count is already `count`).
     Our CPU factorizations never use XLA's shared thread pool (`linalg`), so concurrent devices
     cannot deadlock there; jaxlib's own batched LAPACK kernels (MJX's Cholesky) can.
@@ -121,6 +122,7 @@ def batched(
         # put each argument where its device's share is (a mesh of explicit axes, jax.make_mesh's
         # default, asks for this; with automatic axes it only pins the layout)
         args = tuple(jax.tree.map(lambda x, s=s: place(x, s), arg) for s, arg in zip(specs, args))
+
         def worlds(*args):  # one device's share, tile by tile (each tile a vmap of fn)
             def tile_of_worlds(*own):
                 own = iter(own)
