@@ -3,9 +3,9 @@ wait for each other.
 
 `batched(fn)` is `jax.jit(jax.vmap(fn))` with the batch axis split over a device mesh by
 `jax.shard_map`: device k runs worlds [k B/n, (k+1) B/n) as `vmap(fn)` (on CPU devices in tiles of
-`CPU_TILE` worlds, one after another), the computation that slice runs on one device (with the
-Newton solver bit for bit; the NCP's programs differ from it in the last bit), and a world's solver
-loops stop when *its device's* (tile's) worlds converge. (Handing
+at most `CPU_TILE` worlds, one after another), the computation that slice (each tile) runs on one
+device (with the Newton solver bit for bit; the NCP's programs differ from it in the last bit), and
+a world's solver loops stop when *its tile's* worlds converge. (Handing
 `jax.jit(jax.vmap(fn))` sharded inputs also works, but XLA then partitions the whole program: every
 `while_loop` trip of the solvers reduces its predicate over all devices.)
 
@@ -41,9 +41,24 @@ from .math import map_chunks
 CPU_TILE = 128  # worlds per tile on CPU devices (`batched`): 32 to 128 all ran the humanoid alike, 256 slower
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: its CPU affinity, capped by a cgroup v2 CPU quota (a
+    container's `--cpus`, /sys/fs/cgroup/cpu.max)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = open("/sys/fs/cgroup/cpu.max").read().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return cores
+
+
 def use_cpu_cores(count: int | None = None) -> int:
-    """Give JAX's CPU backend `count` devices (default: one per core this process may run on), so that
-    `batched` runs a share of the worlds on each core. Returns the number of CPU devices.
+    """Give JAX's CPU backend `count` devices (default: `usable_cores()`, unless the CPU device count
+    was already chosen: `JAX_NUM_CPU_DEVICES` / `jax_num_cpu_devices`, or XLA's
+    `--xla_force_host_platform_device_count`), so that `batched` runs a share of the worlds on each
+    core. Returns the number of CPU devices this process will have (or has).
 
     XLA:CPU runs one program's operations mostly one after another (the humanoid's vmapped step at
     B = 1024 keeps 1.3 of 2 cores busy); a device per core runs the shares side by side (2 cores:
@@ -53,14 +68,17 @@ def use_cpu_cores(count: int | None = None) -> int:
     cannot deadlock there; jaxlib's own batched LAPACK kernels (MJX's Cholesky) can.
     """
     if count is None:
-        count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        chosen = jax.config.jax_num_cpu_devices
+        if chosen > 0 or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+            return chosen if chosen > 0 else len(jax.local_devices(backend="cpu"))
+        count = usable_cores()
     if int(count) != count or count < 1:
         raise ValueError(f"use_cpu_cores needs a count >= 1, got {count}")
     count = int(count)
     try:
         jax.config.update("jax_num_cpu_devices", count)
     except RuntimeError:
-        present = len(jax.devices("cpu"))
+        present = len(jax.local_devices(backend="cpu"))
         if present != count:
             raise RuntimeError(
                 f"use_cpu_cores({count}): JAX's CPU backend already started with {present} device(s); "
@@ -99,6 +117,7 @@ def batched(
         tile = CPU_TILE if mesh.devices.flat[0].platform == "cpu" else 0
     if int(tile) != tile or tile < 0:
         raise ValueError(f"tile must be a count of worlds >= 0, got {tile!r}")
+    tile = int(tile)
     n_devices = mesh.shape[axis]
     explicit = mesh.axis_types[mesh.axis_names.index(axis)] == jax.sharding.AxisType.Explicit
 
