@@ -1,5 +1,6 @@
 """Batches of worlds split over devices (`jsn.batched`), on 4 CPU devices
-(`jsn.use_cpu_cores(4)`, in a child process: the suite's own process has one).
+(`JAX_NUM_CPU_DEVICES=4`, kept by `jsn.use_cpu_cores`, in a child process: the suite's own process
+has one).
 
 Checked (Newton solver): a batch that does not divide over the devices; each device's worlds are
 bit-identical to the same slice run on one device, and to the same call again; a bad world is
@@ -23,7 +24,8 @@ CHILD = textwrap.dedent(
     import equinox as eqx, jax, jax.numpy as jnp, numpy as np
     import jaxsim_ncp as jsn
 
-    assert jsn.use_cpu_cores(4) == 4 and jsn.use_cpu_cores(4) == 4  # before JAX starts, then the same count again
+    assert jsn.use_cpu_cores() == 4  # the count JAX_NUM_CPU_DEVICES chose is kept, not one per core
+    assert jsn.use_cpu_cores(4) == 4  # before JAX starts: set again
     jax.config.update("jax_enable_x64", True)
     assert jax.device_count() == 4, jax.devices()
     model = jsn.load_mjcf('''<mujoco><option timestep="0.01"/><worldbody><geom type="plane" size="2 2 .1"/>
@@ -91,14 +93,15 @@ CHILD = textwrap.dedent(
 
 
 def test_batches_split_over_four_devices_match_one_device_and_finite_differences():
-    # with the suite's XLA flags (conftest)
-    result = subprocess.run([sys.executable, "-c", CHILD], env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES="4")  # with the suite's XLA flags (conftest)
+    result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-4000:]
 
 
 def test_bad_batches_are_refused_with_the_cause():
     # the CPU device count is fixed once JAX has started (this process: one device)
     assert len(jax.devices("cpu")) == 1 and jsn.use_cpu_cores(1) == 1
+    assert 1 <= jsn.parallel.usable_cores() <= os.cpu_count()
     with pytest.raises(RuntimeError, match=r"use_cpu_cores\(2\): JAX's CPU backend already started with 1 device"):
         jsn.use_cpu_cores(2)
     with pytest.raises(ValueError, match="count >= 1, got 0"):
