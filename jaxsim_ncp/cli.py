@@ -142,7 +142,9 @@ def main(argv: list[str] | None = None, cpu_cores: bool | None = None) -> None:
     bench.add_argument("--no-mjx", action="store_true", help="skip the MJX comparison")
     bench.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
     args = parser.parse_args(argv)
-    if argv is None if cpu_cores is None else cpu_cores:
+    if cpu_cores is None:
+        cpu_cores = argv is None
+    if cpu_cores:
         from .parallel import use_cpu_cores
 
         use_cpu_cores()

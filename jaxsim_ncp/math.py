@@ -19,6 +19,11 @@ def tree_where(pred, a, b):
     return jax.tree.map(lambda x, y: jnp.where(pred, x, y), a, b)
 
 
+def pad_with_last(x: Array, count: int) -> Array:
+    """x with `count` copies of its last entry appended along the leading axis."""
+    return jnp.concatenate([x, jnp.repeat(x[-1:], count, axis=0)]) if count else x
+
+
 def map_chunks(fn, args: tuple, size: int):
     """fn(*args) over the leading axis of every leaf of `args` (one size), in chunks of at most
     `size` entries run one after another (`lax.map`), as even as possible; the last chunk is padded
@@ -30,10 +35,7 @@ def map_chunks(fn, args: tuple, size: int):
     size = -(-count // chunks)
     pad = chunks * size - count
 
-    def split(x):
-        x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
-        return x.reshape(chunks, size, *x.shape[1:])
-
+    split = lambda x: pad_with_last(x, pad).reshape(chunks, size, *x.shape[1:])  # noqa: E731
     out = jax.lax.map(lambda xs: fn(*xs), jax.tree.map(split, args))
     return jax.tree.map(lambda o: o.reshape(chunks * size, *o.shape[2:])[:count], out)
 

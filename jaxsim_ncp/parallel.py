@@ -32,11 +32,10 @@ import os
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .math import map_chunks
+from .math import map_chunks, pad_with_last
 
 CPU_TILE = 128  # worlds per tile on CPU devices (`batched`): 32 to 128 all ran the humanoid alike, 256 slower
 
@@ -135,7 +134,7 @@ def batched(
         (size,) = sizes
         pad = -size % n_devices
         if pad:  # the last world again, so that every device has as many (all valid)
-            grow = lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)])  # noqa: E731
+            grow = lambda x: pad_with_last(x, pad)  # noqa: E731
             args = tuple(jax.tree.map(grow, arg) if a == 0 else arg for a, arg in zip(axes, args))
         specs = tuple(PartitionSpec(axis) if a == 0 else PartitionSpec() for a in axes)
         # put each argument where its device's share is (a mesh of explicit axes, jax.make_mesh's

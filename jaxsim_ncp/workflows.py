@@ -558,16 +558,17 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
 
                 per_model["mjx_step_compile_s"] = _compile_seconds(mjx_module.step, mx, d0, repeats=compile_repeats)
                 per_model["step_compile_ratio"] = per_model["step_compile_s"] / per_model["mjx_step_compile_s"]
+        final_qpos = lambda u: rollout(model, data, u)[0].qpos  # noqa: E731
         for batch in batches:
             ctrl = jnp.zeros((batch, steps, model.nu), model.dtype)
-            ours = jax.jit(jax.vmap(lambda u: rollout(model, data, u)[0].qpos))
+            ours = jax.jit(jax.vmap(final_qpos))
             row = {"model": name, "batch": batch, "steps": steps, **per_model}
             row["compile_s"], row["steps_per_s"] = _time(ours, ctrl, batch * steps)
             if mjx_run is not None:
                 row["mjx_compile_s"], row["mjx_steps_per_s"] = _time(mjx_step, ctrl, batch * steps)
                 row["speed_ratio"] = row["steps_per_s"] / row["mjx_steps_per_s"]
             if batch > 1:  # ours again through `batched`: the worlds split over the devices, in tiles on a CPU
-                spread = batched(lambda u: rollout(model, data, u)[0].qpos)
+                spread = batched(final_qpos)
                 row["batched_devices"] = len(jax.devices())
                 row["batched_compile_s"], row["batched_steps_per_s"] = _time(spread, ctrl, batch * steps)
                 if mjx_run is not None:

@@ -86,7 +86,6 @@ CHILD = textwrap.dedent(
     state = advance(jax.vmap(lambda v: data.replace(qvel=v))(qvel[:4]))  # now on the devices
     after = advance(state)
     assert state.qpos.is_deleted() and not after.qpos.is_deleted()
-
     print("ok")
     """
 )
