@@ -240,10 +240,20 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
     return _Eval(cost, d1, d2)
 
 
-def _total_cost(qacc, M, qfrc_smooth, efc, kinds, cone):
+def _constraint_cost(qacc, efc: Efc, kinds: RowKinds, cone: _Cone | None):
+    """s(J qacc - aref): the constraints' part of the cost at qacc."""
     jar = apply(efc, qacc) - efc.aref
     _, quad, middle = _zones(jar, efc, kinds, cone)
-    return 0.5 * qacc @ M @ qacc - qacc @ qfrc_smooth + _cost(jar, efc, kinds, cone, quad, middle)
+    return _cost(jar, efc, kinds, cone, quad, middle)
+
+
+def _warm_start_is_worse(problem: Problem, qacc_warmstart, qacc_smooth, kinds: RowKinds, cone: _Cone | None):
+    """MuJoCo's warmstart(): the total cost at qacc_warmstart, s + 1/2 (M a - f).(a - a_smooth), above
+    the cost at qacc_smooth, where the Gauss term is zero."""
+    M, qfrc_smooth, efc, _ = problem
+    gauss = 0.5 * jnp.sum((M @ qacc_warmstart - qfrc_smooth) * (qacc_warmstart - qacc_smooth))
+    cost_warmstart = _constraint_cost(qacc_warmstart, efc, kinds, cone) + gauss
+    return cost_warmstart > _constraint_cost(qacc_smooth, efc, kinds, cone)
 
 
 class _State(NamedTuple):
@@ -301,9 +311,7 @@ def solve(
     kinds = row_kinds(model)
     problem = Problem(M, qfrc_smooth, efc, friction)
     cone = _cone_data(efc, friction, kinds)
-    cost_ws = _total_cost(qacc_warmstart, M, qfrc_smooth, efc, kinds, cone)
-    cost_sm = _total_cost(qacc_smooth, M, qfrc_smooth, efc, kinds, cone)
-    qacc0 = jnp.where(cost_ws > cost_sm, qacc_smooth, qacc_warmstart)
+    qacc0 = jnp.where(_warm_start_is_worse(problem, qacc_warmstart, qacc_smooth, kinds, cone), qacc_smooth, qacc_warmstart)
     opt = model.opt
     isl = island.find(model, efc.J, efc.mask, contact_geom)
     scale = island.tolerance_scale(model, M, isl)
@@ -341,10 +349,14 @@ def newton_early_exit(opt) -> bool:
 
 
 def _state_at(qacc, problem: Problem, kinds: RowKinds, cone: _Cone | None) -> _State:
-    M, qfrc_smooth, efc, _ = problem
-    jar = apply(efc, qacc) - efc.aref
+    M, _, efc, _ = problem
+    return _state_from(qacc, M @ qacc, apply(efc, qacc) - efc.aref, problem, kinds, cone)
+
+
+def _state_from(qacc, Ma, jar, problem: Problem, kinds: RowKinds, cone: _Cone | None) -> _State:
+    """The state at qacc given M qacc and jar = J qacc - aref."""
+    _, qfrc_smooth, efc, _ = problem
     force, quad, middle = _zones(jar, efc, kinds, cone)
-    Ma = M @ qacc
     return _State(qacc, Ma, jar, force, quad, middle, Ma - qfrc_smooth - apply_transpose(efc, force))
 
 
@@ -428,8 +440,8 @@ def _minimize(
         st, done, count = carry
         p, decrement = direction(st)
         done = done | decrement_converged(decrement, count)
-        Jp = apply(efc, p)
-        gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * (M @ p)))
+        Jp, Mp = apply(efc, p), M @ p
+        gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * Mp))
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
         snorm = jax.lax.stop_gradient(jnp.sqrt(per_island(p**2)))
         alpha, ls_improvement = _primal_search(ev, snorm, tolerance * ls_tolerance * snorm / scale, ~done, ls_iterations, early_exit)
@@ -439,15 +451,21 @@ def _minimize(
         # amplified round-off until rollout gradients blew up (fuzz scenes found on a GPU).
         alpha = jax.lax.stop_gradient(alpha)
         moved = ~done & (alpha != 0)  # MuJoCo stops an island without counting when its search finds nothing
-        step = island.spread(jnp.where(moved, alpha, 0.0), isl.dof)
+        taken = jnp.where(moved, alpha, 0.0)
+        step, step_rows = island.spread(taken, isl.dof), island.spread(taken, isl.row)
+        # M qacc and jar move along M p and J p, as mj_solNewton updates them (no product at the new qacc)
         if unrolled:
             # differentiated as a step of min(alpha, 1): d(next) = (1 - alpha) d(qacc) + alpha dp, and
             # dp = -d(qacc) - H^-1 dgrad/dtheta, so a step past alpha = 2 would amplify the derivative
             # carried so far (|1 - alpha| > 1, up to 10 times a solve); the value is alpha p
             step_p = step * jax.lax.stop_gradient(p) + jnp.minimum(step, 1.0) * (p - jax.lax.stop_gradient(p))
+            # the updates' values, with the derivatives of M step_p and J step_p
+            tangent = lambda y: y - jax.lax.stop_gradient(y)  # noqa: E731
+            dMa = jax.lax.stop_gradient(step * Mp) + tangent(M @ step_p)
+            djar = jax.lax.stop_gradient(step_rows * Jp) + tangent(apply(efc, step_p))
         else:
-            step_p = step * p
-        new = _state_at(st.qacc + step_p, problem, kinds, cone)
+            step_p, dMa, djar = step * p, step * Mp, step_rows * Jp
+        new = _state_from(st.qacc + step_p, st.Ma + dMa, st.jar + djar, problem, kinds, cone)
         improvement = scale * ls_improvement
         converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient_norm(new) < tolerance)
         return (new, done | converged, count + moved.astype(count.dtype)), None
