@@ -14,7 +14,7 @@ if ("MUJOCO_GL" not in _os.environ and _sys.platform.startswith("linux") and not
 from .cfd import CFD
 from .forward import forward, rollout, step
 from .io import MJCFError, check_model, from_mujoco, load_mjcf
-from .parallel import batched, use_cpu_cores, world_mesh
+from .parallel import batched, tile_for, use_cpu_cores, world_mesh
 from .types import Data, Model, Option, UnsupportedFeatureError, WarningKind, make_data
 from .validate import ModelError
 
@@ -35,6 +35,7 @@ __all__ = [
     "make_data",
     "rollout",
     "step",
+    "tile_for",
     "use_cpu_cores",
     "world_mesh",
 ]

@@ -36,7 +36,7 @@ def demo(batch: int, steps: int, opt_iters: int, out: pathlib.Path) -> None:
     amp = rng.uniform(0.2, 1.0, size=(batch, 1, model.nu))
     freq = rng.uniform(0.5, 3.0, size=(batch, 1, model.nu))
     ctrl = jnp.asarray(amp * np.sin(2 * np.pi * freq * t[None, :, None]), dtype=model.dtype)
-    run = jsn.batched(lambda u: jsn.rollout(model, data, u))  # the worlds split over the devices (cores)
+    run = jsn.batched(lambda u: jsn.rollout(model, data, u), tile=jsn.tile_for(model))  # split over the devices (cores)
     start = time.perf_counter()
     final, traj = jax.block_until_ready(run(ctrl))
     compile_s = time.perf_counter() - start

@@ -36,8 +36,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .math import map_chunks, pad_with_last
+from .types import Model, make_data
 
-CPU_TILE = 128  # worlds per tile on CPU devices (`batched`): 32 to 128 all ran the humanoid alike, 256 slower
+CPU_TILE = 128  # at most this many worlds per tile on CPU devices (`batched`)
+CPU_TILE_BYTES = 16 << 20  # and at most this much of their state (`cpu_tile`)
 
 
 def usable_cores() -> int:
@@ -86,6 +88,31 @@ def use_cpu_cores(count: int | None = None) -> int:
     return count
 
 
+def cpu_tile(world_bytes: int) -> int:
+    """Worlds per tile on a CPU device (`batched`) for worlds whose state takes `world_bytes` each: the
+    largest power of two from 1 to `CPU_TILE` whose tile holds at most `CPU_TILE_BYTES`. A step's
+    intermediate arrays grow with its state, and a tile's should stay in the cache. Measured (2 cores,
+    B = 256-1024, float32): the humanoid (Data 23 kB a world) ran alike in tiles of 32 to 128 and
+    slower in 256; four humanoids (624 kB) 1.2x MJX's throughput in tiles of 8 or 16, 1.0x in 64,
+    0.8x in 128 (`experiments/results/humanoid_cpu.md`, stop 65)."""
+    tile = 1
+    while tile < CPU_TILE and 2 * tile * world_bytes <= CPU_TILE_BYTES:
+        tile *= 2
+    return tile
+
+
+def tile_for(model: Model) -> int:
+    """`batched`'s tile for a function that simulates worlds of `model` (closed over, so `batched`
+    cannot see their size): `cpu_tile` of one world's `Data` on a CPU backend, 0 (no tiles) on others."""
+    if jax.default_backend() != "cpu":
+        return 0
+    return cpu_tile(_bytes(jax.eval_shape(make_data, model)))
+
+
+def _bytes(tree) -> int:
+    return sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
+
+
 def world_mesh(devices: Sequence[jax.Device] | None = None, axis: str = "worlds") -> Mesh:
     """A one-axis mesh over `devices` (default: every device of every process)."""
     return Mesh(np.array(jax.devices() if devices is None else list(devices)), (axis,))
@@ -105,18 +132,17 @@ def batched(
     in_axes: 0 (batched along axis 0) or None (shared by all worlds), one for all arguments or one per
     positional argument. Build it once and call it many times: each call of `batched` is a new jit.
     tile: each device runs its worlds `vmap`ped in tiles of at most this many, one tile after another
-    (`lax.map`; 0: all at once). Default: `CPU_TILE` on CPU devices, no tiles on others. XLA:CPU
+    (`lax.map`; 0: all at once). Default: on CPU devices `cpu_tile` of the batched arguments' size per
+    world (`tile_for(model)` sizes them for a model that `fn` closes over), no tiles on others. XLA:CPU
     runs a vmapped program one operation at a time over all its worlds; a tile's intermediate arrays
     stay in the cache (humanoid, 1024 worlds on 2 cores: 0.8x the CPU time).
     """
     mesh = world_mesh(axis=axis) if mesh is None else mesh
     if axis not in mesh.axis_names:
         raise ValueError(f"mesh has no axis {axis!r} (its axes: {mesh.axis_names})")
-    if tile is None:
-        tile = CPU_TILE if mesh.devices.flat[0].platform == "cpu" else 0
-    if int(tile) != tile or tile < 0:
+    if tile is not None and (int(tile) != tile or tile < 0):
         raise ValueError(f"tile must be a count of worlds >= 0, got {tile!r}")
-    tile = int(tile)
+    on_cpu = mesh.devices.flat[0].platform == "cpu"
     n_devices = mesh.shape[axis]
     explicit = mesh.axis_types[mesh.axis_names.index(axis)] == jax.sharding.AxisType.Explicit
 
@@ -147,7 +173,8 @@ def batched(
                 return jax.vmap(fn, in_axes=axes)(*(next(own) if a == 0 else x for a, x in zip(axes, args)))
 
             own = tuple(x for a, x in zip(axes, args) if a == 0)
-            return map_chunks(tile_of_worlds, own, tile) if tile else tile_of_worlds(*own)
+            per_tile = int(tile) if tile is not None else cpu_tile(_bytes(own) // jax.tree.leaves(own)[0].shape[0]) if on_cpu else 0
+            return map_chunks(tile_of_worlds, own, per_tile) if per_tile else tile_of_worlds(*own)
 
         # check_vma=False: the solvers' loops start from constants that each device then changes
         # (JAX's check would ask for a cast in every such carry); the forward pass reduces nothing

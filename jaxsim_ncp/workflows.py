@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .io import from_mujoco, load_mjcf
-from .parallel import batched
+from .parallel import batched, tile_for
 from .types import Model
 
 
@@ -137,7 +137,7 @@ def simulate(model_path: str, out: pathlib.Path, overrides: dict | None = None, 
     knots = rng.normal(size=(b, 5, model.nu)) * opts["ctrl_scale"]
     ctrl = np.stack([[np.interp(np.linspace(0, 4, t), np.arange(5), knots[w, :, a]) for a in range(model.nu)]
                      for w in range(b)], axis=-1) if model.nu and opts["ctrl"] == "random" else np.zeros((b, t, model.nu))  # fmt: skip
-    run = batched(lambda v, u: rollout(model, data.replace(qvel=v), u))  # the worlds split over every device
+    run = batched(lambda v, u: rollout(model, data.replace(qvel=v), u), tile=tile_for(model))  # split over every device
     start = time.perf_counter()
     final, traj = jax.block_until_ready(run(qvel0, jnp.asarray(ctrl, model.dtype)))
     wall = time.perf_counter() - start
@@ -568,7 +568,7 @@ def bench(models: list[str], batches: list[int], steps: int, out: pathlib.Path, 
                 row["mjx_compile_s"], row["mjx_steps_per_s"] = _time(mjx_step, ctrl, batch * steps)
                 row["speed_ratio"] = row["steps_per_s"] / row["mjx_steps_per_s"]
             if batch > 1:  # ours again through `batched`: the worlds split over the devices, in tiles on a CPU
-                spread = batched(final_qpos)
+                spread = batched(final_qpos, tile=tile_for(model))
                 row["batched_devices"] = len(jax.devices())
                 row["batched_compile_s"], row["batched_steps_per_s"] = _time(spread, ctrl, batch * steps)
                 if mjx_run is not None:

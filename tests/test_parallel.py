@@ -9,15 +9,18 @@ alone; gradients (through the tiles) with respect to batched inputs and to a par
 share match central finite differences; a donated state's buffers are reused."""
 
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import pytest
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp.workflows import mjx_limits
 
 CHILD = textwrap.dedent(
     """
@@ -113,3 +116,32 @@ def test_bad_batches_are_refused_with_the_cause():
         jsn.batched(lambda x: x, in_axes=1)(jnp.zeros((2, 3)))
     with pytest.raises(ValueError, match=r"one leading size \(the number of worlds\), got \[2, 3\]"):
         jsn.batched(lambda x, y: x + y.sum())(jnp.zeros(2), jnp.zeros((3, 1)))
+
+
+def _scan_lengths(jaxpr) -> list[int]:
+    """Lengths of every scan (a `lax.map` of tiles) in a jaxpr, nested ones included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            found.append(eqn.params["length"])
+        for sub in jax.core.jaxprs_in_params(eqn.params):
+            found += _scan_lengths(sub)
+    return found
+
+
+def test_cpu_tiles_are_sized_by_a_worlds_state():
+    tile, budget = jsn.parallel.CPU_TILE, jsn.parallel.CPU_TILE_BYTES
+    assert jsn.parallel.cpu_tile(1) == tile and jsn.parallel.cpu_tile(budget // 16) == 16
+    assert jsn.parallel.cpu_tile(budget // 16 + 1) == 8 and jsn.parallel.cpu_tile(10 * budget) == 1
+    # the humanoid's worlds keep the largest tile, four humanoids' (624 kB each in float32) get 16
+    mjx_data = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid"
+    for name, expected in (("humanoid.xml", tile), ("04_humanoids.xml", 16)):
+        mj = mujoco.MjModel.from_xml_path(str(mjx_data / name))
+        model = jsn.from_mujoco(mj, dtype=jnp.float32, **mjx_limits(mj))
+        assert jsn.tile_for(model) == expected, name
+    # by default a CPU device sizes its tiles by the batched arguments: 16 worlds of budget / 4 bytes
+    # each run as 4 tiles of 4; a shared argument does not count
+    run = jsn.batched(lambda x, shared: x * shared, in_axes=(0, None))
+    worlds = jax.ShapeDtypeStruct((16, budget // 16), jnp.float32)
+    assert _scan_lengths(jax.make_jaxpr(run)(worlds, jnp.zeros(budget // 16, jnp.float32)).jaxpr) == [4]
+    assert _scan_lengths(jax.make_jaxpr(jsn.batched(lambda x: 2 * x, tile=0))(worlds).jaxpr) == []
