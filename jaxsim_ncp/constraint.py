@@ -438,13 +438,16 @@ def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) ->
     normal = jnp.asarray((k == 0) | (not elliptic))
     dist = con.dist[c]
     margin = con.includemargin[c]
+    # a contact that moves no dof (two bodies without joints above them) has no rows, as MuJoCo's
+    # (an explicit <pair> between a mocap body and the world)
+    moves = jnp.asarray(model.topology.body_dof_chain.any(axis=1))[body]  # (nefc_contact, 2)
     # elliptic friction rows use solreffriction when it is set
     use_fr = jnp.asarray(k > 0) & elliptic & jnp.any(con.solreffriction[c] != 0, axis=-1)
     solref = jnp.where(use_fr[:, None], con.solreffriction[c], con.solref[c])
     return Rows(
         J=J, pos=jnp.where(normal, dist, 0.0), margin=jnp.where(normal, margin, 0.0), diag_approx=diag,
         solref=solref, solimp=con.solimp[c], imp_r=dist - margin,  # every row of a contact: the normal's r
-        stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]),
+        stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]) & (moves[c, 0] | moves[c, 1]),
         frictionloss=jnp.zeros_like(dist), jdot_v=jnp.zeros_like(dist),
     )  # fmt: skip
 

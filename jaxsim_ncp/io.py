@@ -618,8 +618,9 @@ def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, i
     """Every geom pair MuJoCo's collision stage tests, as (geom1, geom2, pair id or -1).
 
     Explicit <pair>s first, then the filters of the Computation chapter's "Collision
-    detection": contype/conaffinity, same (welded) body, parent-child, <exclude>, and
-    bodies that already have an explicit pair.
+    detection": contype/conaffinity, same (welded) body, both bodies without dofs (a mocap body
+    and the world: no force can act), parent-child, <exclude>, and bodies that already have an
+    explicit pair.
     """
     pairs = [(int(m.pair_geom1[p]), int(m.pair_geom2[p]), p) for p in range(m.npair)]
     excluded = {int(s) for s in np.asarray(m.exclude_signature).reshape(-1)}
@@ -632,7 +633,7 @@ def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, i
                 continue
             b1, b2 = int(m.geom_bodyid[g1]), int(m.geom_bodyid[g2])
             w1, w2 = int(weld[b1]), int(weld[b2])
-            if w1 == w2:
+            if w1 == w2 or (m.body_dofnum[w1] == 0 and m.body_dofnum[w2] == 0):
                 continue
             p1, p2 = int(weld[parent[w1]]), int(weld[parent[w2]])
             if filterparent and w1 != 0 and w2 != 0 and (w1 == p2 or w2 == p1):

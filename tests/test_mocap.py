@@ -76,3 +76,33 @@ def test_mocap_pose_gradient_matches_finite_differences():
         e = jnp.zeros(3).at[i].set(1e-6)
         np.testing.assert_allclose(jac[:, :, i], (f(hands + e) - f(hands - e)) / 2e-6, rtol=1e-5, atol=1e-6)
     assert np.abs(np.asarray(jac)).max() > 1.0  # the equality pulls the link towards the hand
+
+
+DOFLESS = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="1 1 0.1"/>
+    <body name="a" mocap="true" pos="0 0 0.05"><geom name="a" type="sphere" size="0.1"/></body>
+    <body name="b" mocap="true" pos="0.05 0 0.05"><geom type="sphere" size="0.1"/></body>
+    {ball}
+  </worldbody>
+  <contact><pair geom1="floor" geom2="a"/></contact>
+</mujoco>
+"""
+
+
+def test_pairs_of_bodies_without_dofs_follow_mujoco():
+    """Automatic pairs of two dof-less bodies (mocap and world, mocap and mocap) are not tested; an
+    explicit pair's contact is reported but gets no rows (MuJoCo's filterBodyPair and
+    mj_instantiateContact); without any dof (nv = 0) the forward pass still runs."""
+    ball = '<body pos="0.5 0 0.09"><freejoint/><geom type="sphere" size="0.1"/></body>'
+    for scene in (DOFLESS.format(ball=ball), DOFLESS.format(ball="")):
+        m = mujoco.MjModel.from_xml_string(scene)
+        d = mujoco.MjData(m)
+        mujoco.mj_forward(m, d)
+        model = jsn.from_mujoco(m)
+        out = jsn.forward(model, jsn.make_data(model))
+        assert int(np.sum(out.contact.mask)) == d.ncon == m.nv // 6 + 1  # the explicit pair, the ball's
+        assert int(np.sum(out.efc_mask)) == d.nefc == 4 * (m.nv // 6)
+        np.testing.assert_allclose(np.asarray(out.efc_force)[np.asarray(out.efc_mask)], d.efc_force, rtol=1e-9)
+        np.testing.assert_allclose(out.qacc, d.qacc, atol=1e-9)

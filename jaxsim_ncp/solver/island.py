@@ -35,8 +35,8 @@ class Islands(NamedTuple):
 
 
 def monolithic(model: Model) -> bool:
-    """One island of everything: islands disabled (`<flag island="disable"/>`) or no rows at all."""
-    return model.opt.disabled("island") or model.constraints.nefc == 0
+    """One island of everything: islands disabled (`<flag island="disable"/>`), no rows or no dofs at all."""
+    return model.opt.disabled("island") or model.constraints.nefc == 0 or model.nv == 0
 
 
 def find(model: Model, J: Float[Array, "nefc nv"], mask: Bool[Array, " nefc"], contact_geom=None) -> Islands:
