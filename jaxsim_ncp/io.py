@@ -528,6 +528,15 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         if np.any(m.jnt_springyield[j] != 0):
             unsupported(f"joint spring yield (joint {jname!r}/springyield)")
 
+    if "contact" not in disableflags:  # MuJoCo 4's contact extras change every contact they touch
+        geom = mujoco.mjtObj.mjOBJ_GEOM
+        for g in np.nonzero(np.any(np.asarray(m.geom_surfacevel).reshape(m.ngeom, -1) != 0, axis=1))[0][:1]:
+            unsupported(f"moving contact surfaces (geom {_name(m, geom, int(g))!r}/surfacevel)")
+        for g in np.nonzero(np.asarray(m.geom_adhesion).reshape(-1) != 0)[0][:1]:
+            unsupported(f"contact adhesion (geom {_name(m, geom, int(g))!r}/adhesion)")
+        for p in np.nonzero(np.asarray(m.pair_adhesion).reshape(-1) != 0)[0][:1]:
+            unsupported(f"contact adhesion (pair {_name(m, mujoco.mjtObj.mjOBJ_PAIR, int(p))!r}/adhesion)")
+
     _check_tendons(m, unsupported)
     _check_sensors(m, unsupported)
     for a in range(m.nu):

@@ -48,6 +48,13 @@ def test_malformed_xml_raises():
          "springyield"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
+        # MuJoCo 4's moving surfaces (treadmills, turntables) and contact adhesion are not simulated yet
+        ("<mujoco><worldbody><geom name='belt' type='plane' size='1 1 .1' surfacevel='1 0 0 0 0 0'/>"
+         "<body><freejoint/><geom size='.1'/></body></worldbody></mujoco>", r"moving contact surfaces \(geom 'belt'/surfacevel\)"),
+        ("<mujoco><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom name='tape' size='.1' adhesion='2'/></body>"
+         "</worldbody></mujoco>", r"contact adhesion \(geom 'tape'/adhesion\)"),
+        ("<mujoco><worldbody><geom name='f' type='plane' size='1 1 .1'/><body><freejoint/><geom name='b' size='.1'/></body></worldbody>"
+         "<contact><pair name='sticky' geom1='f' geom2='b' adhesion='1'/></contact></mujoco>", r"contact adhesion \(pair 'sticky'/adhesion\)"),
         ("<mujoco><option integrator='implicit'/><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint/><geom size='.1'/></body></worldbody></mujoco>",
          "integrator"),
     ],
