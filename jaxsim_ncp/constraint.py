@@ -409,6 +409,14 @@ def contact_dofs(model: Model) -> np.ndarray | None:
     return np.where(np.take_along_axis(moves, order, axis=1), order, model.nv)[slot_pair.reshape(-1)]
 
 
+def _moves_a_dof(model: Model, body: Int[Array, "n 2"]) -> Bool[Array, " n"]:
+    """Whether a contact between these bodies moves any dof. MuJoCo makes no rows for one that does
+    not (mj_instantiateContact): two bodies without joints above them, as an explicit <pair> between
+    a mocap body and the world."""
+    moves = jnp.asarray(model.topology.body_dof_chain.any(axis=1))[body]
+    return moves[:, 0] | moves[:, 1]
+
+
 def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) -> Rows:
     """Contact rows (mj_instantiateContact): frame-rotated Jacobian differences, body2 - body1.
     dofs (nefc_contact, w): J only over those columns (sparse rows, `contact_dofs`)."""
@@ -438,16 +446,13 @@ def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) ->
     normal = jnp.asarray((k == 0) | (not elliptic))
     dist = con.dist[c]
     margin = con.includemargin[c]
-    # a contact that moves no dof (two bodies without joints above them) has no rows, as MuJoCo's
-    # (an explicit <pair> between a mocap body and the world)
-    moves = jnp.asarray(model.topology.body_dof_chain.any(axis=1))[body]  # (nefc_contact, 2)
     # elliptic friction rows use solreffriction when it is set
     use_fr = jnp.asarray(k > 0) & elliptic & jnp.any(con.solreffriction[c] != 0, axis=-1)
     solref = jnp.where(use_fr[:, None], con.solreffriction[c], con.solref[c])
     return Rows(
         J=J, pos=jnp.where(normal, dist, 0.0), margin=jnp.where(normal, margin, 0.0), diag_approx=diag,
         solref=solref, solimp=con.solimp[c], imp_r=dist - margin,  # every row of a contact: the normal's r
-        stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]) & (moves[c, 0] | moves[c, 1]),
+        stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]) & _moves_a_dof(model, body)[c],
         frictionloss=jnp.zeros_like(dist), jdot_v=jnp.zeros_like(dist),
     )  # fmt: skip
 
@@ -683,7 +688,7 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
         gap.append(con.dist - con.includemargin)
         mu.append(con.friction[:, 0])
         inv_mass.append(model.body_invweight0[body[:, 0], 0] + model.body_invweight0[body[:, 1], 0])
-        active.append(con.mask)
+        active.append(con.mask & _moves_a_dof(model, body))
         friction.append(layout.efc_contact_dim == 3)
         index.append(layout.nl + slots)
     return UnitRows(

@@ -173,7 +173,12 @@ def batched(
                 return jax.vmap(fn, in_axes=axes)(*(next(own) if a == 0 else x for a, x in zip(axes, args)))
 
             own = tuple(x for a, x in zip(axes, args) if a == 0)
-            per_tile = int(tile) if tile is not None else cpu_tile(_bytes(own) // jax.tree.leaves(own)[0].shape[0]) if on_cpu else 0
+            if tile is not None:
+                per_tile = int(tile)
+            elif on_cpu:  # sized by the batched arguments' bytes per world
+                per_tile = cpu_tile(_bytes(own) // jax.tree.leaves(own)[0].shape[0])
+            else:
+                per_tile = 0
             return map_chunks(tile_of_worlds, own, per_tile) if per_tile else tile_of_worlds(*own)
 
         # check_vma=False: the solvers' loops start from constants that each device then changes
