@@ -409,12 +409,14 @@ def contact_dofs(model: Model) -> np.ndarray | None:
     return np.where(np.take_along_axis(moves, order, axis=1), order, model.nv)[slot_pair.reshape(-1)]
 
 
-def _moves_a_dof(model: Model, body: Int[Array, "n 2"]) -> Bool[Array, " n"]:
-    """Whether a contact between these bodies moves any dof. MuJoCo makes no rows for one that does
-    not (mj_instantiateContact): two bodies without joints above them, as an explicit <pair> between
-    a mocap body and the world."""
-    moves = jnp.asarray(model.topology.body_dof_chain.any(axis=1))[body]
-    return moves[:, 0] | moves[:, 1]
+def _moves_a_dof(model: Model, body) -> Bool[Array, " n"] | np.ndarray:
+    """Whether a contact between these bodies (n, 2) moves any dof: MuJoCo makes no rows for one whose
+    two bodies' dof chains are the same (mj_instantiateContact's NV == 0, the dofs in one chain but
+    not the other): two bodies without joints above them (an explicit <pair> of a mocap body and the
+    world), or two geoms of one welded body. Static (numpy) where the bodies are."""
+    _, chain = np.unique(model.topology.body_dof_chain, axis=0, return_inverse=True)
+    chain = _take(chain.reshape(-1), body)
+    return chain[:, 0] != chain[:, 1]
 
 
 def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) -> Rows:
@@ -581,7 +583,8 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
         con, c = contacts.contact, layout.row_contact
         pairs = pair_mask(cfd.pairs, model.topology.geom_names)
         wide = True if pairs is None else jnp.asarray(pairs)[contacts.geom[:, 0], contacts.geom[:, 1]][c]
-        reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + jnp.where(wide, cfd.width, 0.0))
+        moves = _moves_a_dof(model, geom_body(model, contacts.geom))[c]
+        reach = con.mask[c] & (con.dist[c] < con.includemargin[c] + jnp.where(wide, cfd.width, 0.0)) & moves
         rows = rows._replace(mask=rows.mask.at[first:].set(reach))
         imp = imp.at[first:].set(jnp.where(wide, cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]), imp[first:]))
         r_ref = r_ref.at[first:].set(jnp.where(wide, reference_distance(r_ref[first:], cfd.softplus_length), r_ref[first:]))

@@ -175,8 +175,8 @@ def batched(
             own = tuple(x for a, x in zip(axes, args) if a == 0)
             if tile is not None:
                 per_tile = int(tile)
-            elif on_cpu:  # sized by the batched arguments' bytes per world
-                per_tile = cpu_tile(_bytes(own) // jax.tree.leaves(own)[0].shape[0])
+            elif on_cpu and (count := jax.tree.leaves(own)[0].shape[0]):  # by the batched arguments' bytes per world
+                per_tile = cpu_tile(_bytes(own) // count)
             else:
                 per_tile = 0
             return map_chunks(tile_of_worlds, own, per_tile) if per_tile else tile_of_worlds(*own)

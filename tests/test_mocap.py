@@ -86,23 +86,27 @@ DOFLESS = """
     <body name="b" mocap="true" pos="0.05 0 0.05"><geom type="sphere" size="0.1"/></body>
     {ball}
   </worldbody>
-  <contact><pair geom1="floor" geom2="a"/></contact>
+  <contact><pair geom1="floor" geom2="a"/>{self_pair}</contact>
 </mujoco>
 """
 
 
 def test_pairs_of_bodies_without_dofs_follow_mujoco():
     """Automatic pairs of two dof-less bodies (mocap and world, mocap and mocap) are not tested; an
-    explicit pair's contact is reported but gets no rows (MuJoCo's filterBodyPair and
-    mj_instantiateContact); without any dof (nv = 0) the forward pass still runs."""
-    ball = '<body pos="0.5 0 0.09"><freejoint/><geom type="sphere" size="0.1"/></body>'
-    for scene in (DOFLESS.format(ball=ball), DOFLESS.format(ball="")):
+    explicit pair's contact between bodies with the same dof chain (dof-less ones, two geoms of one
+    body) is reported but gets no rows (MuJoCo's filterBodyPair and mj_instantiateContact); without
+    any dof (nv = 0) the forward pass still runs."""
+    ball = ('<body pos="0.5 0 0.09"><freejoint/><geom name="ball" type="sphere" size="0.1"/>'
+            '<geom name="bump" type="sphere" size="0.05" pos="0.05 0 0"/></body>')  # fmt: skip
+    self_pair = '<pair geom1="ball" geom2="bump"/>'
+    for scene in (DOFLESS.format(ball=ball, self_pair=self_pair), DOFLESS.format(ball="", self_pair="")):
         m = mujoco.MjModel.from_xml_string(scene)
         d = mujoco.MjData(m)
         mujoco.mj_forward(m, d)
         model = jsn.from_mujoco(m)
         out = jsn.forward(model, jsn.make_data(model))
-        assert int(np.sum(out.contact.mask)) == d.ncon == m.nv // 6 + 1  # the explicit pair, the ball's
-        assert int(np.sum(out.efc_mask)) == d.nefc == 4 * (m.nv // 6)
+        rowless = 1 + (m.nv > 0)  # the explicit pairs' contacts
+        assert int(np.sum(out.contact.mask)) == d.ncon == rowless + (m.nv > 0)  # and the ball on the floor
+        assert int(np.sum(out.efc_mask)) == d.nefc == 4 * (d.ncon - rowless)
         np.testing.assert_allclose(np.asarray(out.efc_force)[np.asarray(out.efc_mask)], d.efc_force, rtol=1e-9)
         np.testing.assert_allclose(out.qacc, d.qacc, atol=1e-9)

@@ -319,7 +319,7 @@ def solve(
     minimize = functools.partial(
         _minimize, kinds=kinds, n_islands=isl.count, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
         tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance, unrolled=opt.grad_mode == "unroll",
-        early_exit=opt.grad_mode == "implicit" and newton_early_exit(opt),
+        early_exit=opt.grad_mode == "implicit" and newton_early_exit(opt), trees_coupled=model.ntendon > 0,
     )  # fmt: skip
     # the start (warm start or qacc_smooth) carries no gradient in either mode: differentiating it would
     # chain each step's solver error into the next step's derivative (unrolled rollout gradients of
@@ -384,6 +384,7 @@ def _minimize(
     ls_tolerance: float,
     unrolled: bool,
     early_exit: bool,
+    trees_coupled: bool,
 ) -> tuple[Array, tuple[Array, Array]]:
     """mj_solPrimal's Newton loop, every island at once; returns (qacc, (iterations, converged)).
 
@@ -408,6 +409,8 @@ def _minimize(
     when every island has converged (vmapped, finished worlds frozen); otherwise `scan`s of
     their full counts with converged masks: the same iterates, more arithmetic, but no
     predicate read back by the host per loop trip on a GPU.
+    trees_coupled: M is not block diagonal over the kinematic trees (a tendon's armature), so not over
+    the islands either: M qacc moves by M (step p), not by each island's step times M p.
     """
     qacc0, scale, dof_island, row_island = start
     isl = island.Islands(dof_island, row_island, n_islands)
@@ -465,6 +468,8 @@ def _minimize(
             djar = jax.lax.stop_gradient(step_rows * Jp) + tangent(apply(efc, step_p))
         else:
             step_p, dMa, djar = step * p, step * Mp, step_rows * Jp
+        if trees_coupled:
+            dMa = M @ step_p
         new = _state_from(st.qacc + step_p, st.Ma + dMa, st.jar + djar, problem, kinds, cone)
         improvement = scale * ls_improvement
         converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient_norm(new) < tolerance)
