@@ -414,8 +414,7 @@ def _moves_a_dof(model: Model, body) -> Bool[Array, " n"] | np.ndarray:
     two bodies' dof chains are the same (mj_instantiateContact's NV == 0, the dofs in one chain but
     not the other): two bodies without joints above them (an explicit <pair> of a mocap body and the
     world), or two geoms of one welded body. Static (numpy) where the bodies are."""
-    _, chain = np.unique(model.topology.body_dof_chain, axis=0, return_inverse=True)
-    chain = _take(chain.reshape(-1), body)
+    chain = _take(model.topology.body_dof_chain_id, body)
     return chain[:, 0] != chain[:, 1]
 
 

@@ -239,6 +239,11 @@ class Topology:
         return self.body_ancestor[:, np.asarray(self.dof_bodyid, dtype=np.int64)]
 
     @functools.cached_property
+    def body_dof_chain_id(self) -> np.ndarray:
+        """An id per distinct `body_dof_chain` row: two bodies share it when the same dofs move both."""
+        return np.unique(self.body_dof_chain, axis=0, return_inverse=True)[1].reshape(-1)
+
+    @functools.cached_property
     def dof_ancestor(self) -> np.ndarray:
         """D[i, j] = dof j is i or an ancestor of i in the dof tree (MuJoCo's dof_parentid chain)."""
         body = np.asarray(self.dof_bodyid, dtype=np.int64)
