@@ -464,12 +464,11 @@ def _minimize(
             step_p = step * jax.lax.stop_gradient(p) + jnp.minimum(step, 1.0) * (p - jax.lax.stop_gradient(p))
             # the updates' values, with the derivatives of M step_p and J step_p
             tangent = lambda y: y - jax.lax.stop_gradient(y)  # noqa: E731
-            dMa = jax.lax.stop_gradient(step * Mp) + tangent(M @ step_p)
+            dMa = jax.lax.stop_gradient(step * Mp) + tangent(M @ step_p) if not trees_coupled else M @ step_p
             djar = jax.lax.stop_gradient(step_rows * Jp) + tangent(apply(efc, step_p))
         else:
-            step_p, dMa, djar = step * p, step * Mp, step_rows * Jp
-        if trees_coupled:
-            dMa = M @ step_p
+            step_p, djar = step * p, step_rows * Jp
+            dMa = step * Mp if not trees_coupled else M @ step_p
         new = _state_from(st.qacc + step_p, st.Ma + dMa, st.jar + djar, problem, kinds, cone)
         improvement = scale * ls_improvement
         converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient_norm(new) < tolerance)
