@@ -67,11 +67,9 @@ def _safe_sqrt(x):
     return jnp.where(x > 0, jnp.sqrt(jnp.where(x > 0, x, 1.0)), 0.0)
 
 
-def _div_floored(a, b):
-    """a / max(MINVAL, b) whose derivatives never divide by the floor's powers (MINVAL^3
-    underflows float32: implicitfast differentiates the fluid force twice)."""
-    big = b > _MINVAL
-    return jnp.where(big, a / jnp.where(big, b, 1.0), a / _MINVAL)
+def _positive(x):
+    """x where positive, else 1: a divisor whose quotient is multiplied away where x is 0."""
+    return jnp.where(x > 0, x, 1.0)
 
 
 def _ellipsoid(model: Model, w, v, size, coef):
@@ -92,15 +90,23 @@ def _ellipsoid(model: Model, w, v, size, coef):
     d_mid = jnp.sum(size, axis=-1) - d_max - d_min
     area_max = jnp.pi * d_max * d_mid
     magnus_force = (magnus * rho * volume)[:, None] * jnp.cross(w, v)
-    cross_sq = jnp.stack([(s1 * s2) ** 2, (s2 * s0) ** 2, (s0 * s1) ** 2], axis=-1)  # squared cross-section products
-    proj_denom = jnp.sum(cross_sq**2 * v**2, axis=-1)
-    proj_num = jnp.sum(cross_sq * v**2, axis=-1)
-    area_proj = jnp.pi * _safe_sqrt(_div_floored(proj_denom, proj_num))
-    normal = cross_sq * v  # not unit: the normal of the projected cross-section
+    # the ellipsoid projected along the flow, computed in the flow's unit direction u with the
+    # squared cross-section products cross_sq scaled to at most 1 (A_proj and the lift are
+    # homogeneous in both, so no power of a small speed or size underflows); MuJoCo 4 floors
+    # nothing here and has no projected area (nor lift) below |v| = MINVAL
+    cross_sq = jnp.stack([(s1 * s2) ** 2, (s2 * s0) ** 2, (s0 * s1) ** 2], axis=-1)
+    scale = jnp.max(cross_sq, axis=-1)
+    c = cross_sq / _positive(scale)[:, None]
     speed = math.safe_norm(v)
-    cos_alpha = _div_floored(proj_num, speed * proj_denom)
-    circulation = (kutta * rho * cos_alpha * area_proj)[:, None] * jnp.cross(normal, v)
-    kutta_force = jnp.cross(circulation, v)
+    moving = speed > _MINVAL
+    u = v / jnp.where(moving, speed, 1.0)[:, None]
+    proj_num = jnp.sum(c * u**2, axis=-1)  # proj_num / (|v|^2 scale)
+    proj_denom = jnp.sum(c**2 * u**2, axis=-1)  # proj_denom / (|v|^2 scale^2)
+    area_proj = jnp.where(moving, jnp.pi * _safe_sqrt(scale * proj_denom / _positive(proj_num)), 0.0)
+    # Kutta lift: circulation kutta rho cos(alpha) A_proj (n x v) with the (not unit) normal
+    # n = cross_sq v and cos(alpha) = proj_num / (|v| proj_denom); force circulation x v
+    lift = kutta * rho * area_proj * proj_num / _positive(proj_denom) * speed**2
+    kutta_force = lift[:, None] * jnp.cross(jnp.cross(c * u, u), u)
     sphere_diam = 2.0 / 3.0 * jnp.sum(size, axis=-1)
     moment_max = 8.0 / 15.0 * jnp.pi * d_mid * d_max**4
     # per axis k: the largest moment of the ellipsoid about axis k, 8/15 pi s_k max(s_k+1, s_k+2)^4
