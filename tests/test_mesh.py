@@ -11,7 +11,7 @@ import pytest
 
 import jaxsim_ncp as jsn
 from jaxsim_ncp import smooth
-from jaxsim_ncp.collision import driver
+from jaxsim_ncp.collision import driver, mesh
 from jaxsim_ncp.types import UnsupportedFeatureError
 from test_gradients import check_directional
 
@@ -187,6 +187,39 @@ def test_mesh_refusals_and_validation():
     bad = eqx.tree_at(lambda mdl: mdl.mesh_vert, model, model.mesh_vert.at[0, 3, 1].set(jnp.nan))
     with pytest.raises(jsn.ModelError, match='mesh_vert of mesh "cube": non-finite'):
         jsn.check_model(bad)
+
+
+def _intermediate_sizes(jaxpr):
+    """Element counts of every value a jaxpr (and its sub-jaxprs) computes."""
+    for eqn in jaxpr.eqns:
+        yield from (int(np.prod(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape"))
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (list, tuple)) else [param]:
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _intermediate_sizes(inner)
+
+
+def test_mesh_features_hold_only_the_polygons_at_the_support_vertex():
+    """A fine hull (387 polygons) against itself: the manifold's face and edge searches range
+    over the polygons at each support vertex (`MeshShape.vert_poly`), so no value of the narrow
+    phase grows with the square of the polygon count (it was (P, P): 23 GB for MuJoCo's 125
+    bunnies). Tracing only."""
+    points = np.random.default_rng(0).normal(size=(200, 3))
+    points = 0.05 * points / np.linalg.norm(points, axis=1, keepdims=True)
+    xml = f"""<mujoco><asset>{_mesh_assets({"ball": points})}</asset><worldbody>
+        <body><freejoint/><geom type="mesh" mesh="ball"/></body>
+        <body pos="0 0 0.09"><freejoint/><geom type="mesh" mesh="ball"/></body></worldbody></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    model = jsn.from_mujoco(m)
+    table = mesh.vertex_polygons(model.topology.mesh_polyvert, model.mesh_vert.shape[1])
+    polys = [set(p) - {-1} for p in model.topology.mesh_polyvert[0]]
+    for v, around in enumerate(table[0]):  # each vertex's polygons, ascending, and no other
+        assert list(around[around >= 0]) == [p for p, poly in enumerate(polys) if v in poly]
+    data = jsn.make_data(model)
+    jaxpr = jax.make_jaxpr(lambda q: driver.collide(model, smooth.kinematics(model, data.replace(qpos=q))))(data.qpos)
+    n_poly = int(m.mesh_polynum[0])
+    assert n_poly > 300 and max(_intermediate_sizes(jaxpr.jaxpr)) < 0.1 * n_poly**2
 
 
 def _manifold_scene():

@@ -27,6 +27,7 @@ class MeshShape(NamedTuple):
     vert: Float[Array, "v 3"]  # hull vertices (padded by repeating the first)
     poly: Int[Array, "p k"]  # hull polygons as indices into vert, padded with -1
     normal: Float[Array, "p 3"]  # outward polygon normals
+    vert_poly: Int[Array, "v m"]  # the polygons containing each vertex, ascending, padded with -1
 
 
 class GeomFrame(NamedTuple):

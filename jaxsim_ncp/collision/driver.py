@@ -183,7 +183,9 @@ def _frames(model: Model, data: Data, geoms, geom_type: int) -> GeomFrame:
     hull = None
     if geom_type == mesh.MESH:
         ids = jnp.asarray(model.topology.geom_dataid)[geoms]
-        hull = MeshShape(model.mesh_vert[ids], jnp.asarray(model.topology.mesh_polyvert)[ids], model.mesh_polynormal[ids])
+        polyvert = model.topology.mesh_polyvert
+        vert_poly = mesh.vertex_polygons(polyvert, model.mesh_vert.shape[1])
+        hull = MeshShape(model.mesh_vert[ids], jnp.asarray(polyvert)[ids], model.mesh_polynormal[ids], jnp.asarray(vert_poly)[ids])
     return GeomFrame(data.geom_xpos[geoms], data.geom_xmat[geoms], model.geom_size[geoms], hull)
 
 

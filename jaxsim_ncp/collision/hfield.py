@@ -88,7 +88,7 @@ def collider(kind: int, nrow: int, ncol: int, cells: tuple[int, int], elevation,
         dummy_poly = jnp.zeros((n, 1, 3), jnp.int32)
         prisms = GeomFrame(
             g1.pos + centre @ g1.mat.T, jnp.broadcast_to(g1.mat, (n, 3, 3)), jnp.broadcast_to(g1.size, (n, 3)),
-            MeshShape(vert - centre[:, None], dummy_poly, jnp.zeros((n, 1, 3), g1.pos.dtype)),
+            MeshShape(vert - centre[:, None], dummy_poly, jnp.zeros((n, 1, 3), g1.pos.dtype), jnp.zeros((n, 6, 1), jnp.int32)),
         )  # fmt: skip
         col = prism_contact(prisms, g2, margin)
         valid = col.valid[:, 0] & in_window.reshape(-1) & high_enough

@@ -40,10 +40,12 @@ MuJoCo keeps a different 4 of its near-tied vertices than `multiccd._quad` does 
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..math import make_frame, tree_where
 from .base import Collision, GeomFrame
@@ -62,9 +64,9 @@ def plane_mesh(g1: GeomFrame, g2: GeomFrame, margin) -> Collision:
 
     # the face at s most anti-parallel to n
     k = hull.poly.shape[1]  # vertices of the largest polygon
-    contains = jnp.any(hull.poly == s, axis=1)
-    facing = (hull.normal @ g2.mat.T) @ n
-    face = jnp.argmin(jnp.where(contains, jax.lax.stop_gradient(facing), jnp.inf))
+    around = hull.vert_poly[s]  # the polygons containing s, ascending (ties go to the first)
+    facing = (hull.normal[jnp.maximum(around, 0)] @ g2.mat.T) @ n
+    face = around[jnp.argmin(jnp.where(around >= 0, jax.lax.stop_gradient(facing), jnp.inf))]
     ring = hull.poly[face]
     count = jnp.sum(ring >= 0)
     start = jnp.argmax(ring == s)
@@ -98,19 +100,39 @@ def _rows(polys, rows: int):
     return jnp.concatenate([polys, jnp.repeat(polys[:, :1], rows - polys.shape[1], axis=1)], axis=1)
 
 
+@functools.lru_cache(maxsize=8)
+def vertex_polygons(mesh_polyvert: tuple, nvert: int) -> np.ndarray:
+    """(nmesh, nvert, m): per hull vertex the polygons containing it, ascending, padded with -1
+    (m the largest such count): a mesh's features at a vertex cost m polygons, not all of them."""
+    around = [[[] for _ in range(nvert)] for _ in mesh_polyvert]
+    for mesh, polys in enumerate(mesh_polyvert):
+        for p, poly in enumerate(polys):
+            for v in poly:
+                if v >= 0:
+                    around[mesh][v].append(p)
+    width = max([len(a) for mesh in around for a in mesh], default=1)
+    table = np.full((len(mesh_polyvert), nvert, max(width, 1)), -1, np.int32)
+    for mesh, verts in enumerate(around):
+        for v, polys in enumerate(verts):
+            table[mesh, v, : len(polys)] = polys
+    return table
+
+
 def _mesh_features(g: GeomFrame, towards, rows: int) -> _Features:
     """A hull's support set in direction `towards`, the polygons containing it (meshNormals) and
     its edges: the support edge, or at a support vertex the edge to the previous vertex of each
-    polygon (meshEdgeNormals)."""
+    polygon (meshEdgeNormals). Only the polygons at the support vertex s are candidates: the
+    features hold those (`MeshShape.vert_poly`, in polygon order)."""
     hull = g.mesh
-    poly = hull.poly  # (P, K), -1 padded
-    k = poly.shape[1]
     h = jax.lax.stop_gradient(hull.vert @ (g.mat.T @ towards))
     tol = 1e-6 * jax.lax.stop_gradient(_bound(MESH, g.size, hull))
     s = jnp.argmax(h)
     support = h >= h[s] - tol
+    around = hull.vert_poly[s]  # (m,) polygon ids, -1 padded
+    contains = around >= 0
+    poly = hull.poly[jnp.maximum(around, 0)]  # (m, K), -1 padded
+    k = poly.shape[1]
     real = poly >= 0
-    contains = jnp.any(poly == s, axis=1)
     in_support = jnp.sum(real & support[jnp.maximum(poly, 0)], axis=1)
     dim = jnp.minimum(jnp.max(jnp.where(contains, in_support, 1)), 3)
     faces = contains & (in_support >= dim) & (jnp.sum(real, axis=1) > 0)
@@ -126,7 +148,7 @@ def _mesh_features(g: GeomFrame, towards, rows: int) -> _Features:
     prev = jnp.take_along_axis(poly, ((at + count - 1) % jnp.maximum(count, 1))[:, None], axis=1)[:, 0]
     ok = contains & jnp.where(dim == 2, support[jnp.maximum(prev, 0)], dim == 1)
     edges = jnp.stack([jnp.broadcast_to(world[s], (prev.shape[0], 3)), world[jnp.maximum(prev, 0)]], axis=1)
-    return _Features(hull.normal @ g.mat.T, polys, count, faces, dim, edges, ok)
+    return _Features(hull.normal[jnp.maximum(around, 0)] @ g.mat.T, polys, count, faces, dim, edges, ok)
 
 
 def _box_features(g: GeomFrame, towards, rows: int, one) -> _Features:
