@@ -356,10 +356,10 @@ def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | n
     layout = model.constraints
     if layout.capacity_by_dim is None:
         return np.arange(layout.ncon)
-    picks = []
+    picks, makes_rows = [], slots_make_rows(model)
     for dim, capacity in layout.capacity_by_dim.items():
         slots = np.nonzero(layout.contact_dim == dim)[0]
-        mask = contact.mask[slots]
+        mask = contact.mask[slots] & makes_rows[slots]  # a contact that moves no dof takes no place
         if capacity < layout.occupiable_by_dim[dim]:  # the deepest (a top_k: cheaper than compacting first)
             depth = jnp.where(mask & ~jnp.isnan(contact.dist[slots]), -contact.dist[slots], -jnp.inf)
             picks.append(jnp.asarray(slots)[jax.lax.top_k(depth, capacity)[1]])
@@ -416,6 +416,11 @@ def _moves_a_dof(model: Model, body) -> Bool[Array, " n"] | np.ndarray:
     world), or two geoms of one welded body. Static (numpy) where the bodies are."""
     chain = _take(model.topology.body_dof_chain_id, body)
     return chain[:, 0] != chain[:, 1]
+
+
+def slots_make_rows(model: Model) -> np.ndarray:
+    """Per contact slot (static): whether a contact there can have rows (`_moves_a_dof`)."""
+    return _moves_a_dof(model, geom_body(model, model.constraints.contact_geom))
 
 
 def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) -> Rows:

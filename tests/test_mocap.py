@@ -110,3 +110,11 @@ def test_pairs_of_bodies_without_dofs_follow_mujoco():
         assert int(np.sum(out.efc_mask)) == d.nefc == 4 * (d.ncon - rowless)
         np.testing.assert_allclose(np.asarray(out.efc_force)[np.asarray(out.efc_mask)], d.efc_force, rtol=1e-9)
         np.testing.assert_allclose(out.qacc, d.qacc, atol=1e-9)
+    # the rowless contacts (the self pair 4 cm deep) take no place among max_contact_points
+    m = mujoco.MjModel.from_xml_string(DOFLESS.format(ball=ball, self_pair=self_pair))
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    capped = jsn.from_mujoco(m, max_contact_points=1)
+    out = jsn.forward(capped, jsn.make_data(capped))
+    assert not bool(out.contact.overflow) and int(np.sum(out.efc_mask)) == 4
+    np.testing.assert_allclose(out.qacc, d.qacc, atol=1e-9)

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool
 
+from .. import constraint
 from ..types import Contact, Data, Model, PairGroup, empty_contact
 from . import box, convex, hfield, mesh, multiccd, primitives
 from .base import Collision, GeomFrame, MeshShape
@@ -159,7 +160,8 @@ def _more_than_max_contact_points(model: Model, contact: Contact) -> Bool[Array,
     layout = model.constraints
     if layout.max_contact_points is None or layout.capacity_by_dim is None:
         return jnp.zeros((), bool)
-    counts = [jnp.sum(contact.mask[np.nonzero(layout.contact_dim == dim)[0]]) for dim in layout.capacity_by_dim]
+    occupied = contact.mask & constraint.slots_make_rows(model)
+    counts = [jnp.sum(occupied[np.nonzero(layout.contact_dim == dim)[0]]) for dim in layout.capacity_by_dim]
     return jnp.any(jnp.stack(counts) > layout.max_contact_points)
 
 
