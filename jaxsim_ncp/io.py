@@ -530,10 +530,16 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
     if "contact" not in disableflags:  # MuJoCo 4's contact extras change every contact they touch
         geom = mujoco.mjtObj.mjOBJ_GEOM
-        for g in np.nonzero(np.any(np.asarray(m.geom_surfacevel).reshape(m.ngeom, -1) != 0, axis=1))[0][:1]:
-            unsupported(f"moving contact surfaces (geom {_name(m, geom, int(g))!r}/surfacevel)")
-        for g in np.nonzero(np.asarray(m.geom_adhesion).reshape(-1) != 0)[0][:1]:
-            unsupported(f"contact adhesion (geom {_name(m, geom, int(g))!r}/adhesion)")
+        moving = np.any(np.asarray(m.geom_surfacevel).reshape(m.ngeom, -1) != 0, axis=1)
+        sticky = np.asarray(m.geom_adhesion).reshape(-1) != 0
+        if np.any(moving | sticky):  # on a geom that takes part in some pair
+            paired = np.zeros(m.ngeom, bool)
+            for g1, g2, _ in _candidate_pairs(m, "filterparent" not in disableflags):
+                paired[[g1, g2]] = True
+            for g in np.nonzero(moving & paired)[0][:1]:
+                unsupported(f"moving contact surfaces (geom {_name(m, geom, int(g))!r}/surfacevel)")
+            for g in np.nonzero(sticky & paired)[0][:1]:
+                unsupported(f"contact adhesion (geom {_name(m, geom, int(g))!r}/adhesion)")
         for p in np.nonzero(np.asarray(m.pair_adhesion).reshape(-1) != 0)[0][:1]:
             unsupported(f"contact adhesion (pair {_name(m, mujoco.mjtObj.mjOBJ_PAIR, int(p))!r}/adhesion)")
 

@@ -70,6 +70,10 @@ def test_contact_free_when_disabled_or_filtered():
                         "<body pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
     chain = jsn.load_mjcf("<mujoco><worldbody><body><joint/><geom size='.1'/><body><joint/><geom size='.1'/></body></body></worldbody></mujoco>")
     assert off.constraints.ncon == 0 and chain.constraints.ncon == 0
+    # contact extras (surfacevel, adhesion) on geoms that never collide change nothing
+    quiet = jsn.load_mjcf("<mujoco><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom size='.1'/>"
+                          "<geom size='.05' contype='0' conaffinity='0' surfacevel='1 0 0 0 0 0' adhesion='2'/></body></worldbody></mujoco>")
+    assert quiet.constraints.ncon == 1
 
 
 def test_overrides_and_errors():
