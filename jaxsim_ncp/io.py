@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import warnings
 
 import jax.numpy as jnp
 import mujoco
@@ -296,6 +297,12 @@ def from_mujoco(
         pair_mask(cfd.pairs, topology.geom_names)  # raises on a geom the model lacks
     layout = dataclasses.replace(_constraint_layout(m, disableflags, opt.cone), max_geom_pairs=opt.max_geom_pairs,
                                  max_contact_points=opt.max_contact_points)
+    if layout.max_geom_pairs is None and layout.ncon > _MANY_CONTACT_SLOTS:
+        npairs = sum(len(group.geom1) for group in layout.groups)
+        warnings.warn(f"{npairs} candidate geom pairs with {layout.ncon} contact slots ({layout.nefc} constraint rows): "
+                      "every step collides every pair and builds rows for every slot; a contact-rich scene needs "
+                      "max_geom_pairs=n (a broad phase keeps the n closest pairs per geom-type pair) and "
+                      "max_contact_points=n (rows for the n deepest contacts), as MJX does", stacklevel=2)
     mesh_vert, mesh_polynormal, mesh_polyvert = _mesh_hulls(m, layout)
     topology = dataclasses.replace(topology, mesh_polyvert=mesh_polyvert)
     eq_ids = list(layout.eq_ids)
@@ -492,6 +499,9 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
                     f"condim {condim} on the pair {names[0]!r}-{names[1]!r} (geom/condim) with solver='ncp': "
                     "only condim 1 (frictionless) and 3 (sliding friction) are modelled"
                 )
+
+
+_MANY_CONTACT_SLOTS = 8192  # a load without a contact capacity warns above this many slots
 
 
 def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:

@@ -1,5 +1,7 @@
 """Public API behaviour: loading errors, overrides, jit/vmap, checkpointed rollouts, per-world divergence flags."""
 
+import warnings
+
 import diffrax
 import equinox as eqx
 import jax
@@ -74,6 +76,17 @@ def test_contact_free_when_disabled_or_filtered():
     quiet = jsn.load_mjcf("<mujoco><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom size='.1'/>"
                           "<geom size='.05' contype='0' conaffinity='0' surfacevel='1 0 0 0 0 0' adhesion='2'/></body></worldbody></mujoco>")
     assert quiet.constraints.ncon == 1
+
+
+def test_a_contact_rich_load_without_capacity_warns():
+    """50 free boxes: 1225 box pairs, 9800 slots; with max_geom_pairs the load is quiet."""
+    boxes = "".join(f"<body pos='{i % 7} {i // 7} 1'><freejoint/><geom type='box' size='.1 .1 .1'/></body>" for i in range(50))
+    xml = f"<mujoco><worldbody>{boxes}</worldbody></mujoco>"
+    with pytest.warns(UserWarning, match="1225 candidate geom pairs with 9800 contact slots.*max_geom_pairs"):
+        jsn.load_mjcf(xml)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jsn.load_mjcf(xml, max_geom_pairs=64)
 
 
 def test_overrides_and_errors():
