@@ -31,7 +31,6 @@ from jaxtyping import Array, Float, Int
 
 from .. import constraint, linalg
 from ..constraint import Efc, apply, apply_transpose
-from ..math import tree_where
 from ..types import Model
 from . import island
 from .implicit import implicit_solver
@@ -498,13 +497,14 @@ def _minimize(
     return qacc, (jnp.max(count), jnp.all(done))
 
 
-class _Point(NamedTuple):
-    """A line-search point: step, cost(alpha) - cost(0), first and second derivative."""
+# A line-search point is one array [..., 4]: step alpha, cost(alpha) - cost(0), first and second
+# derivative (one leaf, so the search's state selects 9 arrays per branch instead of 23)
+_ALPHA, _COST, _D1, _D2 = range(4)
 
-    alpha: Array
-    cost: Array
-    d1: Array
-    d2: Array
+
+def _point_where(pred, a, b):
+    """tree_where for search states and points: pred per island, broadcast over a point's 4 values."""
+    return jax.tree.map(lambda x, y: jnp.where(jnp.reshape(pred, jnp.shape(pred) + (1,) * (jnp.ndim(x) - jnp.ndim(pred))), x, y), a, b)
 
 
 # phases of `_primal_search`: which point the next evaluation computes
@@ -515,12 +515,12 @@ class _Search(NamedTuple):
     phase: Array
     evals: Array  # cost evaluations so far (MuJoCo's LSiter)
     direction: Array  # +1: the first Newton point still descends (d1 < 0), -1: it overshot
-    p1: _Point
-    p2: _Point
-    p1next: _Point
-    p2next: _Point
+    p1: Array  # points [..., 4]
+    p2: Array
+    p1next: Array
+    p2next: Array
     b2: Array  # the last midpoint round moved the p2 end too: its Newton point is still to evaluate
-    result: _Point
+    result: Array
 
 
 def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool):
@@ -539,76 +539,79 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
     e0 = ev(jnp.zeros_like(gtol))
     zero = jnp.zeros_like(e0.cost)
 
-    def point(alpha, e) -> _Point:
-        return _Point(alpha, e.cost - e0.cost, e.d1, jnp.where(e.d2 > 0, e.d2, _MINVAL))  # MuJoCo's convexity guard
+    def point(alpha, e):
+        return jnp.stack([alpha, e.cost - e0.cost, e.d1, jnp.where(e.d2 > 0, e.d2, _MINVAL)], axis=-1)  # MuJoCo's convexity guard
 
-    def newton(p: _Point):
-        return p.alpha - p.d1 / p.d2
+    def newton(p):
+        return p[..., _ALPHA] - p[..., _D1] / p[..., _D2]
 
     p0 = point(zero, e0)
-    nothing = _Point(zero, zero, zero, jnp.ones_like(zero))  # d2 = 1: its Newton point is finite
+    nothing = jnp.stack([zero, zero, zero, jnp.ones_like(zero)], axis=-1)  # d2 = 1: its Newton point is finite
 
     def out_of_evaluations(s: _Search) -> _Search:
         """The bracket end with the lower cost if it decreases the cost, else no step."""
-        use1 = (s.p1.cost <= s.p2.cost) & (s.p1.cost < 0)
-        use2 = ~use1 & (s.p2.cost <= s.p1.cost) & (s.p2.cost < 0)
-        return s._replace(phase=_DONE, result=tree_where(use1, s.p1, tree_where(use2, s.p2, nothing)))
+        c1, c2 = s.p1[..., _COST], s.p2[..., _COST]
+        use1 = (c1 <= c2) & (c1 < 0)
+        use2 = ~use1 & (c2 <= c1) & (c2 < 0)
+        return s._replace(phase=_DONE, result=_point_where(use1, s.p1, _point_where(use2, s.p2, nothing)))
 
     def next_round(s: _Search, more) -> _Search:
-        return tree_where(more, s._replace(phase=_MID), out_of_evaluations(s))
+        return _point_where(more, s._replace(phase=_MID), out_of_evaluations(s))
 
-    def update_bracket(p: _Point, candidates) -> tuple[_Point, Array]:
+    def update_bracket(p, candidates) -> tuple[Array, Array]:
         """updateBracket: move p to any candidate with a same-sign, smaller-magnitude derivative."""
         moved = jnp.zeros((), bool)
         for c in candidates:
-            closer = ((p.d1 < 0) & (c.d1 < 0) & (p.d1 < c.d1)) | ((p.d1 > 0) & (c.d1 > 0) & (p.d1 > c.d1))
-            p, moved = tree_where(closer, c, p), moved | closer
+            pd, cd = p[..., _D1], c[..., _D1]
+            closer = ((pd < 0) & (cd < 0) & (pd < cd)) | ((pd > 0) & (cd > 0) & (pd > cd))
+            p, moved = _point_where(closer, c, p), moved | closer
         return p, moved
 
     def step(s: _Search) -> _Search:
         phase = s.phase
         alpha = jnp.select(
             [phase == _P1, phase == _MID, phase == _B2NEXT],
-            [newton(p0), 0.5 * (s.p1.alpha + s.p2.alpha), newton(s.p2)],
+            [newton(p0), 0.5 * (s.p1[..., _ALPHA] + s.p2[..., _ALPHA]), newton(s.p2)],
             newton(s.p1),  # one-sided step, p1next, b1next
         )
         alpha = jnp.where(phase == _DONE, 0.0, alpha)  # finished: a harmless point (its result is discarded)
         e = point(alpha, ev(alpha))
+        e_cost, e_d1 = e[..., _COST], e[..., _D1]
         unchanged, s = s, s._replace(evals=s.evals + 1)
         more = s.evals < ls_iterations
-        small = jnp.abs(e.d1) < gtol
+        small = jnp.abs(e_d1) < gtol
 
         # the first Newton point or a one-sided step: converged, go on along this side, or bracket
         first = phase == _P1
-        direction = jnp.where(first, jnp.where(e.d1 < 0, 1.0, -1.0), s.direction)
-        success = small & ((e.cost < 0) | (first & (e.alpha == 0)))
-        descend = (e.d1 * direction <= -gtol) & more
+        direction = jnp.where(first, jnp.where(e_d1 < 0, 1.0, -1.0), s.direction)
+        success = small & ((e_cost < 0) | (first & (alpha == 0)))
+        descend = (e_d1 * direction <= -gtol) & more
         one_sided = s._replace(
             phase=jnp.where(success | ~more, _DONE, jnp.where(descend, _ONE_SIDED, _P1NEXT)),
-            direction=direction, p1=e, p2=tree_where(first, p0, s.p1), p2next=e, result=e,
+            direction=direction, p1=e, p2=_point_where(first, p0, s.p1), p2next=e, result=e,
         )  # fmt: skip
 
         # a bracketed round: a converged candidate ends it, else both ends move toward the sign change
         candidates = (s.p1next, s.p2next, e)
         best, found = nothing, jnp.zeros((), bool)
         for c in candidates:
-            take = (jnp.abs(c.d1) < gtol) & (~found | (c.cost < best.cost))
-            best, found = tree_where(take, c, best), found | take
+            take = (jnp.abs(c[..., _D1]) < gtol) & (~found | (c[..., _COST] < best[..., _COST]))
+            best, found = _point_where(take, c, best), found | take
         p1, b1 = update_bracket(s.p1, candidates)
         p2, b2 = update_bracket(s.p2, candidates)
         midpoint = s._replace(
             phase=jnp.where(found | (~b1 & ~b2), _DONE, jnp.where(b1, _B1NEXT, _B2NEXT)),
-            p1=p1, p2=p2, b2=b2, result=tree_where(found, best, e),
+            p1=p1, p2=p2, b2=b2, result=_point_where(found, best, e),
         )  # fmt: skip
 
         p1next = s._replace(p1next=e)
-        b1next = tree_where(s.b2, p1next._replace(phase=_B2NEXT), next_round(p1next, more))
+        b1next = _point_where(s.b2, p1next._replace(phase=_B2NEXT), next_round(p1next, more))
         b2next = next_round(s._replace(p2next=e), more)
         out = b2next
         for ph, branch in ((_P1, one_sided), (_ONE_SIDED, one_sided), (_P1NEXT, next_round(p1next, more)),
                            (_MID, midpoint), (_B1NEXT, b1next)):  # fmt: skip
-            out = tree_where(phase == ph, branch, out)
-        out = tree_where(phase == _DONE, unchanged, out)
+            out = _point_where(phase == ph, branch, out)
+        out = _point_where(phase == _DONE, unchanged, out)
         return out._replace(phase=out.phase.astype(jnp.int32))
 
     start = _Search(
@@ -620,4 +623,4 @@ def _primal_search(ev, snorm, gtol, active, ls_iterations: int, early_exit: bool
         s = jax.lax.while_loop(lambda s: jnp.any((s.phase != _DONE) & (s.evals < bound)), step, start)
     else:
         s, _ = jax.lax.scan(lambda s, _: (step(s), None), start, None, length=bound)
-    return s.result.alpha, -s.result.cost
+    return s.result[..., _ALPHA], -s.result[..., _COST]
