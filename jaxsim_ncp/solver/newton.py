@@ -218,10 +218,10 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
     lin = jnp.asarray(kinds.friction) & efc.mask & ~quad
     d1_rows = jnp.where(quad, D * x * Jp, jnp.where(lin, fl * jnp.sign(x) * Jp, 0.0))
     d2_rows = jnp.where(quad, D * Jp**2, 0.0)
-    by_row = [island.segment_sum(v, isl.row, isl) for v in (rows, d1_rows, d2_rows)]
-    cost = alpha * gauss[0] + 0.5 * alpha**2 * gauss[1] + by_row[0]
-    d1 = gauss[0] + alpha * gauss[1] + by_row[1]
-    d2 = gauss[1] + by_row[2]
+    by_row = island.segment_sum(jnp.stack([rows, d1_rows, d2_rows], axis=-1), isl.row, isl)  # one reduction
+    cost = alpha * gauss[0] + 0.5 * alpha**2 * gauss[1] + by_row[:, 0]
+    d1 = gauss[0] + alpha * gauss[1] + by_row[:, 1]
+    d2 = gauss[1] + by_row[:, 2]
     if middle is not None:
         mid, U, N, T, Dm = middle  # T is only used where mid, where it is > 0
         idx = kinds.cone
@@ -234,8 +234,8 @@ def _line_eval(alpha, jar, Jp, gauss, efc: Efc, kinds: RowKinds, cone: _Cone | N
         d1_cones = jnp.where(mid, Dm * nmt * nmt1, 0.0)
         d2_cones = jnp.where(mid, Dm * (nmt1**2 - cone.mu * (N / T - cone.mu) * t2), 0.0)
         ids = isl.row[idx.rows[:, 0]]
-        by_cone = [island.segment_sum(v, ids, isl) for v in (cones, d1_cones, d2_cones)]
-        cost, d1, d2 = cost + by_cone[0], d1 + by_cone[1], d2 + by_cone[2]
+        by_cone = island.segment_sum(jnp.stack([cones, d1_cones, d2_cones], axis=-1), ids, isl)
+        cost, d1, d2 = cost + by_cone[:, 0], d1 + by_cone[:, 1], d2 + by_cone[:, 2]
     return _Eval(cost, d1, d2)
 
 
@@ -443,9 +443,10 @@ def _minimize(
         p, decrement = direction(st)
         done = done | decrement_converged(decrement, count)
         Jp, Mp = apply(efc, p), M @ p
-        gauss = (per_island(p * (st.Ma - qfrc_smooth)), per_island(p * Mp))
+        sums = per_island(jnp.stack([p * (st.Ma - qfrc_smooth), p * Mp, p**2], axis=-1))  # one reduction
+        gauss = (sums[:, 0], sums[:, 1])
         ev = lambda a: _line_eval(a, st.jar, Jp, gauss, efc, kinds, cone, isl)  # noqa: E731
-        snorm = jax.lax.stop_gradient(jnp.sqrt(per_island(p**2)))
+        snorm = jax.lax.stop_gradient(jnp.sqrt(sums[:, 2]))
         alpha, ls_improvement = _primal_search(ev, snorm, tolerance * ls_tolerance * snorm / scale, ~done, ls_iterations, early_exit)
         # Unrolled reverse mode differentiates each iteration with its step held fixed. At the solution
         # p = 0, so d(alpha) * p vanishes in exact arithmetic, but in float32 the derivative of the
