@@ -193,11 +193,8 @@ def _intermediate_sizes(jaxpr):
     """Element counts of every value a jaxpr (and its sub-jaxprs) computes."""
     for eqn in jaxpr.eqns:
         yield from (int(np.prod(v.aval.shape)) for v in eqn.outvars if hasattr(v.aval, "shape"))
-        for param in eqn.params.values():
-            for sub in param if isinstance(param, (list, tuple)) else [param]:
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    yield from _intermediate_sizes(inner)
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _intermediate_sizes(sub)
 
 
 def test_mesh_features_hold_only_the_polygons_at_the_support_vertex():

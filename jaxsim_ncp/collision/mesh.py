@@ -110,8 +110,8 @@ def vertex_polygons(mesh_polyvert: tuple, nvert: int) -> np.ndarray:
             for v in poly:
                 if v >= 0:
                     around[mesh][v].append(p)
-    width = max([len(a) for mesh in around for a in mesh], default=1)
-    table = np.full((len(mesh_polyvert), nvert, max(width, 1)), -1, np.int32)
+    width = max([len(a) for mesh in around for a in mesh] + [1])
+    table = np.full((len(mesh_polyvert), nvert, width), -1, np.int32)
     for mesh, verts in enumerate(around):
         for v, polys in enumerate(verts):
             table[mesh, v, : len(polys)] = polys
