@@ -302,3 +302,49 @@ def test_cylinder_side_line_along_its_axis_has_no_round_off_azimuth():
         jac = jax.jacrev(line)(rot, tilt, dtype)
         bound = 10.0 if dtype == jnp.float32 and tilt < 1e-6 else 1e9  # float64: the exact geometry's 1/sqrt(n2)
         assert np.all(np.isfinite(np.asarray(jac))) and np.abs(np.asarray(jac)).max() < bound
+
+
+def test_fine_hull_features_come_from_mujocos_epa_face():
+    """Box-mesh and mesh-mesh manifolds with a 150-vertex hull (faces a few degrees apart) along
+    MuJoCo's own trajectory (3 rocks and a box tumbling onto a tilted slab): every contact, at 40
+    states, as MuJoCo's. Which faces and edges take part is read off MuJoCo's final EPA face; the
+    support set within a tolerance (the float32 rule) names other ones at 2 of these states."""
+    rng = np.random.default_rng(1)
+    rock = rng.normal(size=(150, 3))
+    rock = rock / np.linalg.norm(rock, axis=1, keepdims=True) * [0.06, 0.045, 0.035]
+    shapes = ['<geom type="mesh" mesh="rock"/>', '<geom type="box" size="0.04 0.03 0.025"/>'] + ['<geom type="mesh" mesh="rock"/>'] * 2
+    bodies = "".join(
+        f'<body pos="{-0.06 + 0.12 * (k % 2) + 0.01 * (k // 2)} {0.02 * (k // 2)} {0.05 + 0.09 * (k // 2)}" '
+        f'euler="{rng.uniform(0, 90):.1f} {rng.uniform(0, 90):.1f} 0"><freejoint/>{shape}</body>'
+        for k, shape in enumerate(shapes)
+    )
+    m = mujoco.MjModel.from_xml_string(f"""<mujoco><option timestep="0.005"/><asset>{_mesh_assets({"rock": rock})}</asset>
+        <worldbody><geom type="box" size="0.2 0.2 0.01" pos="0 0 -0.005" euler="0 3 0"/>{bodies}</worldbody></mujoco>""")
+    d = mujoco.MjData(m)
+    qpos, theirs = [], []
+    for t in range(400):
+        mujoco.mj_step(m, d)
+        if t % 10 == 9:
+            mujoco.mj_forward(m, d)
+            qpos.append(d.qpos.copy())
+            theirs.append([(tuple(c.geom), c.dist, c.pos.copy(), c.frame[:3].copy()) for c in d.contact[: d.ncon]])
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model)
+    out = jax.jit(jax.vmap(lambda q: driver.collide(model, smooth.kinematics(model, data.replace(qpos=q)))))(jnp.asarray(np.array(qpos)))
+    geoms = model.constraints.contact_geom
+    manifolds = 0
+    for s, contacts in enumerate(theirs):
+        mask = np.asarray(out.mask[s])
+        assert int(mask.sum()) == len(contacts), s
+        dist, pos, normal = (np.asarray(a[s])[mask] for a in (out.dist, out.pos, out.frame[:, :, 0]))
+        for pair in {c[0] for c in contacts}:
+            ours = np.nonzero(np.all(geoms[mask] == pair, axis=1))[0]
+            same = [c for c in contacts if c[0] == pair]
+            assert len(ours) == len(same), (s, pair)
+            manifolds += len(same) > 1
+            for _, c_dist, c_pos, c_normal in same:  # each of MuJoCo's contacts is one of ours
+                k = ours[np.argmin(np.linalg.norm(pos[ours] - c_pos, axis=1))]
+                np.testing.assert_allclose(pos[k], c_pos, atol=1e-12)
+                np.testing.assert_allclose(dist[k], c_dist, atol=1e-12)
+                np.testing.assert_allclose(normal[k], c_normal, atol=1e-12)
+    assert manifolds >= 40  # the multi-point manifolds this checks are there

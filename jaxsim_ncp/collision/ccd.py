@@ -537,6 +537,9 @@ class Result(NamedTuple):
     dist: jax.Array  # its distance (margin included: mjc_penetration's margin + status dist)
     pos: jax.Array  # the witnesses' midpoint
     normal: jax.Array  # normalize(x1 - x2): from geom 1 to geom 2
+    face_ids: jax.Array  # (3, 2) the final EPA face's vertices: each shape's support vertex id
+    face_a: jax.Array  # (3, 3) those vertices' support points on geom 1 (multicontact's v1)
+    face_b: jax.Array  # (3, 3) and on geom 2 (v2)
 
 
 def penetration(core: Support, full: Support, c1, c2, rounded, discrete, margin, tol, iterations: int) -> Result:
@@ -561,7 +564,7 @@ def penetration(core: Support, full: Support, c1, c2, rounded, discrete, margin,
         shallow_dist = st.dist - (m1 + m2)
         shallow_dist = jnp.where(shallow_dist > 0, big, shallow_dist)
         shallow = st.dist > tol
-        shallow_result = Result(shallow_dist < 0, margin + shallow_dist, 0.5 * (x1 + x2), _unit(x1 - x2))
+        shallow_parts = (shallow_dist < 0, margin + shallow_dist, 0.5 * (x1 + x2), _unit(x1 - x2))
     st = _gjk(full, c1, c2, tol, iterations, discrete=discrete)
     run = (st.dist <= tol) & (st.n > 1) & ~st.separated
     pt, ok = _start_polytope(full, st, nv, nf)
@@ -571,9 +574,10 @@ def penetration(core: Support, full: Support, c1, c2, rounded, discrete, margin,
     x1, x2 = lam @ pt.a[ids], lam @ pt.b[ids]
     depth = -jnp.sqrt(pt.dist2[face])
     contact = run & ok & found & (depth < 0)
-    result = Result(contact, margin + depth, 0.5 * (x1 + x2), _unit(x1 - x2))
+    face = (pt.i[ids], pt.a[ids], pt.b[ids])
+    result = Result(contact, margin + depth, 0.5 * (x1 + x2), _unit(x1 - x2), *face)
     if rounded is not None:
-        result = tree_where(shallow, shallow_result, result)
+        result = tree_where(shallow, Result(*shallow_parts, *face), result)
     return result
 
 

@@ -608,9 +608,11 @@ def _search_start(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n_init, tol):
     return n0, a0, b0
 
 
-def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
+def convex_contact(k1: int, k2: int, prism: bool = False, with_face: bool = False) -> Callable:
     """Narrow-phase function (base contract, one slot) for geom types k1 <= k2; prism: g1 is a
-    height field's prism (a 6-vertex mesh)."""
+    height field's prism (a 6-vertex mesh). with_face: the function returns (contact, MuJoCo's
+    `ccd.Result` (stop-gradient, with its final EPA face) or None, whether MuJoCo reports the contact);
+    the Result is there where MuJoCo's contact is replayed (float64 with ccd)."""
 
     def search(g1: GeomFrame, g2: GeomFrame, margin, ccd):
         """Stop-gradient stages: (scale, tol, the polish's start (n0, a0, b0), MuJoCo's contact or None,
@@ -684,8 +686,11 @@ def convex_contact(k1: int, k2: int, prism: bool = False) -> Callable:
         MuJoCo's (`ccd.py`: within ccd_tolerance of the exact one for curved shapes), its
         derivative the exact contact's, polished from MuJoCo's (our GJK and EPA do not run)."""
         if ccd is not None and g1.pos.dtype == jnp.float64:
-            return replayed(g1, g2, margin, search(g1, g2, margin, ccd))
-        return polished(g1, g2, margin, search(g1, g2, margin, None))
+            found = search(g1, g2, margin, ccd)
+            contact = replayed(g1, g2, margin, found)
+            return (contact, found[3], found[4]) if with_face else contact
+        contact = polished(g1, g2, margin, search(g1, g2, margin, None))
+        return (contact, None, None) if with_face else contact
 
     fn.__name__ = f"convex_{k1}_{k2}"
     return fn

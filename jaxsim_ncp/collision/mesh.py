@@ -21,21 +21,28 @@ as MuJoCo makes for spheres and ellipsoids. For capsules, cylinders, boxes and m
 against a mesh, MuJoCo's multiccd (on by default) turns that contact into a 2-4 point
 manifold where flat features touch (`mesh_manifold`, MuJoCo's multicontact):
 
-1. Features of each shape at the contact: the support set in the contact direction (a
-   vertex, an edge or a face; dim 1-3) and the faces containing it (a mesh's hull polygons,
-   a box's faces, a cylinder's facing cap; a capsule has none) and its edges (the edges
-   at a support vertex, the support edge; a capsule's surface line, a cylinder's side line).
-2. Two faces anti-parallel within cos = 0.996: the second's polygon is clipped by the
-   first's side planes (`multiccd._manifold`). Else, if the lower-dimensional feature is
-   an edge or vertex, one of its edges within 0.0888 of parallel to a face of the other
-   shape is clipped against that face. Else the single contact.
+1. Features of each shape at the contact, as MuJoCo reads them off its final EPA face where its
+   contact is replayed (float64 with ccd; boxes and meshes): each shape's distinct support vertices
+   on that face give its dimension (vertex, edge or face; simplexDim), the polygons common to them
+   its candidate faces (a box's faces from its corner ids) and the edges at them its candidate edges
+   (the face's edge, or at a vertex the edge to the previous vertex of each polygon there).
+   Otherwise (float32, and capsules and cylinders) geometric: the support set in the contact
+   direction (within 1e-6 of the shape's size), the faces containing it (a cylinder's facing cap; a
+   capsule has none) and its edges (a capsule's surface line, a cylinder's side line).
+2. Two faces anti-parallel within cos = 0.996 (the most anti-parallel pair): the second's polygon is
+   clipped by the first's side planes (`multiccd._manifold`). Else, if the lower-dimensional
+   feature is an edge or vertex, one of its edges within 0.0888 of parallel to a face of the other
+   shape (MuJoCo's: the first face, then edge, in list order; geometric: the most parallel) is
+   clipped against that face; where there is none, the other shape's edges are tried. Else the
+   single contact.
 3. At most 4 points (2 with a capsule), MuJoCo's largest-area quadrilateral.
 
-MuJoCo reads the features off its EPA simplex; here they are the geometric support sets
-(within 1e-6 of the shapes' size), which agree wherever the contact is not on a near-tie
-(checked against MuJoCo on the mjx test model convex.xml along a 3 s stacking run). Known
-difference: a cylinder cap lying fully inside a mesh face clips to a regular 16-gon, and
-MuJoCo keeps a different 4 of its near-tied vertices than `multiccd._quad` does here.
+Against MuJoCo along its own trajectories (`experiments/contacts_vs_mujoco.py`): 27 bunnies (612-
+polygon hulls) every 20 of 400 steps, all 378 mesh-mesh, 64 capsule-mesh and 459 plane-mesh pair
+samples alike (the geometric rule: 8 and 16 differ); the float32 geometric features agree wherever
+the contact is not on a near-tie. Known difference: a cylinder cap lying fully inside a mesh face
+clips to a regular 16-gon, and MuJoCo keeps a different 4 of its near-tied vertices than
+`multiccd._quad` does here.
 """
 
 from __future__ import annotations
@@ -118,52 +125,106 @@ def vertex_polygons(mesh_polyvert: tuple, nvert: int) -> np.ndarray:
     return table
 
 
-def _mesh_features(g: GeomFrame, towards, rows: int) -> _Features:
-    """A hull's support set in direction `towards`, the polygons containing it (meshNormals) and
-    its edges: the support edge, or at a support vertex the edge to the previous vertex of each
-    polygon (meshEdgeNormals). Only the polygons at the support vertex s are candidates: the
-    features hold those (`MeshShape.vert_poly`, in polygon order)."""
+def _simplex_dim(ids, points):
+    """simplexDim: the dimension (1-3) of one shape's side of the final EPA face (its support vertex
+    ids (3,) and points (3, 3)), reordered so that the first `dim` vertices are the distinct ones."""
+    same01, same02, same12 = ids[0] == ids[1], ids[0] == ids[2], ids[1] == ids[2]
+    dim = jnp.where(same01, jnp.where(same02, 1, 2), jnp.where(same02 | same12, 2, 3))
+    move = same01 & ~same02  # (a, a, c) -> (a, c, c)
+    order = jnp.where(move, jnp.array([0, 2, 2]), jnp.arange(3))
+    return dim, ids[order], points[order]
+
+
+def _first(mask):
+    """The first True of a boolean array, alone (all False stays all False)."""
+    return mask & (jnp.cumsum(mask) == 1)
+
+
+def _mesh_features(g: GeomFrame, towards, rows: int, simplex=None) -> _Features:
+    """A hull's features at a contact. Geometric (simplex None): the support set in direction
+    `towards`, the polygons containing it and its edges: the support edge, or at a support vertex s
+    the edge to the previous vertex of each polygon. From MuJoCo's final EPA face (simplex: this
+    shape's vertex ids and support points): its dimension (simplexDim), the polygons common to its
+    vertices (meshNormals: dim 3 the first common to all three, dim 2 the first two common to both,
+    dim 1 all at the vertex) and its edges (meshEdgeNormals: dim 2 the face's edge, dim 1 the edge to
+    the previous vertex of each polygon at the vertex). Either way only the polygons at one vertex s
+    are candidates (`MeshShape.vert_poly`, in polygon order)."""
     hull = g.mesh
-    h = jax.lax.stop_gradient(hull.vert @ (g.mat.T @ towards))
-    tol = 1e-6 * jax.lax.stop_gradient(_bound(MESH, g.size, hull))
-    s = jnp.argmax(h)
-    support = h >= h[s] - tol
+    world = g.pos + hull.vert @ g.mat.T
+    if simplex is None:
+        h = jax.lax.stop_gradient(hull.vert @ (g.mat.T @ towards))
+        tol = 1e-6 * jax.lax.stop_gradient(_bound(MESH, g.size, hull))
+        s = jnp.argmax(h)
+        support = h >= h[s] - tol
+    else:
+        dim, ids, points = _simplex_dim(*simplex)
+        s = ids[0]
+        start = world[s] + jax.lax.stop_gradient(points[0] - world[s])  # MuJoCo's point, the vertex's derivative
     around = hull.vert_poly[s]  # (m,) polygon ids, -1 padded
     contains = around >= 0
     poly = hull.poly[jnp.maximum(around, 0)]  # (m, K), -1 padded
     k = poly.shape[1]
     real = poly >= 0
-    in_support = jnp.sum(real & support[jnp.maximum(poly, 0)], axis=1)
-    dim = jnp.minimum(jnp.max(jnp.where(contains, in_support, 1)), 3)
-    faces = contains & (in_support >= dim) & (jnp.sum(real, axis=1) > 0)
-    world = g.pos + hull.vert @ g.mat.T
     count = jnp.sum(real, axis=1)
-    j = jnp.arange(k)
-    reverse = jnp.where(j[None, :] < count[:, None], count[:, None] - 1 - j[None, :], count[:, None] - 1)  # meshFace's order
-    polys = world[jnp.take_along_axis(jnp.maximum(poly, 0), reverse, axis=1)]
-    polys = _rows(polys, rows)
-    # the edge from s to its previous vertex in each polygon containing s: every edge at s once (its
-    # two polygons run along it in opposite directions), the support edge among them
     at = jnp.argmax(poly == s, axis=1)  # s's slot in each polygon containing it
     prev = jnp.take_along_axis(poly, ((at + count - 1) % jnp.maximum(count, 1))[:, None], axis=1)[:, 0]
-    ok = contains & jnp.where(dim == 2, support[jnp.maximum(prev, 0)], dim == 1)
     edges = jnp.stack([jnp.broadcast_to(world[s], (prev.shape[0], 3)), world[jnp.maximum(prev, 0)]], axis=1)
+    if simplex is None:
+        in_support = jnp.sum(real & support[jnp.maximum(poly, 0)], axis=1)
+        dim = jnp.minimum(jnp.max(jnp.where(contains, in_support, 1)), 3)
+        faces = contains & (in_support >= dim) & (count > 0)
+        # the edge from s to its previous vertex in each polygon containing s: every edge at s once (its
+        # two polygons run along it in opposite directions), the support edge among them
+        ok = contains & jnp.where(dim == 2, support[jnp.maximum(prev, 0)], dim == 1)
+    else:
+        share = lambda v: contains & jnp.any((around[:, None] == hull.vert_poly[v][None, :]), axis=1)  # noqa: E731
+        edge_set = share(ids[1]) & (jnp.cumsum(share(ids[1])) <= 2)
+        faces = jnp.where(dim == 1, contains, jnp.where(dim == 2, edge_set, _first(edge_set & share(ids[2]))))
+        single = jnp.arange(prev.shape[0]) == 0
+        edges = edges.at[:, 0].set(start)
+        end = world[ids[1]] + jax.lax.stop_gradient(points[1] - world[ids[1]])
+        edges = jnp.where((dim == 2) & single[:, None, None], jnp.stack([start, end]), edges)
+        ok = jnp.where(dim == 1, contains, (dim == 2) & single)
+    j = jnp.arange(k)
+    reverse = jnp.where(j[None, :] < count[:, None], count[:, None] - 1 - j[None, :], count[:, None] - 1)  # meshFace's order
+    polys = _rows(world[jnp.take_along_axis(jnp.maximum(poly, 0), reverse, axis=1)], rows)
     return _Features(hull.normal[jnp.maximum(around, 0)] @ g.mat.T, polys, count, faces, dim, edges, ok)
 
 
-def _box_features(g: GeomFrame, towards, rows: int, one) -> _Features:
-    """A box's support corner, edge or face in direction `towards`, the faces containing it
-    (boxNormals) and its edges (boxEdgeNormals: the support edge, or the 3 at the corner)."""
-    m = jax.lax.stop_gradient(g.mat.T @ towards)
-    zero = jnp.abs(m) <= 1e-6
-    dim = jnp.minimum(1 + jnp.sum(zero), 3)
+def _box_features(g: GeomFrame, towards, rows: int, one, simplex=None) -> _Features:
+    """A box's features at a contact. Geometric (simplex None): its support corner, edge or face in
+    direction `towards`, the faces containing it and its edges (the support edge, or the 3 at the
+    corner). From MuJoCo's final EPA face (corner ids: bit k set = +size along axis k): its dimension
+    (simplexDim), the faces common to its corners (boxNormals: all 3 at a corner, 2 at an edge, 1 for
+    a face; other counts: the face within cos 0.996 of `towards`) and its edges (boxEdgeNormals: the
+    face's edge, or the 3 at the corner)."""
     normals, polys, counts = _faces(BOX, g, one)
-    faces = jnp.stack([m > 0, m < 0], axis=1).reshape(-1) & ~jnp.repeat(zero, 2)
-    corner = jnp.where(m >= 0, 1.0, -1.0)
-    flips = corner[None, :] * jnp.where(jnp.eye(3, dtype=bool), -1.0, 1.0)
     to_world = lambda local: g.pos + (local * g.size) @ g.mat.T  # noqa: E731
-    edges = jnp.stack([jnp.broadcast_to(to_world(corner), (3, 3)), to_world(flips)], axis=1)
-    ok = jnp.where(dim == 1, True, jnp.where(dim == 2, zero, False))
+    if simplex is None:
+        m = jax.lax.stop_gradient(g.mat.T @ towards)
+        zero = jnp.abs(m) <= 1e-6
+        dim = jnp.minimum(1 + jnp.sum(zero), 3)
+        faces = jnp.stack([m > 0, m < 0], axis=1).reshape(-1) & ~jnp.repeat(zero, 2)
+        corner = jnp.where(m >= 0, 1.0, -1.0)
+        start = to_world(corner)
+        ok = jnp.where(dim == 1, True, jnp.where(dim == 2, zero, False))
+    else:
+        dim, ids, points = _simplex_dim(*simplex)
+        bits = (ids[:, None] >> jnp.arange(3)) & 1  # (vertex, axis)
+        used = (jnp.arange(3) < dim)[:, None]
+        common = jnp.stack([jnp.all(~used | (bits == 1), axis=0), jnp.all(~used | (bits == 0), axis=0)], axis=1).reshape(-1)
+        near = _first(jax.lax.stop_gradient(normals @ towards) > FACE_TOLERANCE)  # boxNormals2 (towards: a unit vector)
+        faces = jnp.where(jnp.sum(common) == jnp.array([0, 3, 2, 1])[dim], common, near)
+        corner = 2.0 * bits[0] - 1.0
+        start = to_world(corner)
+        start = start + jax.lax.stop_gradient(points[0] - start)  # MuJoCo's point, the corner's derivative
+        ok = jnp.where(dim == 1, True, (dim == 2) & (jnp.arange(3) == 0))
+    flips = corner[None, :] * jnp.where(jnp.eye(3, dtype=bool), -1.0, 1.0)
+    edges = jnp.stack([jnp.broadcast_to(start, (3, 3)), to_world(flips)], axis=1)
+    if simplex is not None:
+        end = to_world(2.0 * bits[1] - 1.0)
+        end = end + jax.lax.stop_gradient(points[1] - end)
+        edges = jnp.where((dim == 2) & (jnp.arange(3) == 0)[:, None, None], jnp.stack([start, end]), edges)
     return _Features(normals, _rows(polys, rows), counts, faces, dim, edges, ok)
 
 
@@ -189,43 +250,53 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
     """Narrow phase of a capsule, cylinder, box or mesh (k1) against a mesh (k2) with MuJoCo's
     multiccd manifold (module docstring), and its slot count."""
     limit = 2 if k1 == CAPSULE else 4
-    single = convex_contact(k1, k2)
+    single = convex_contact(k1, k2, with_face=True)
 
-    def features(kind, g, witness, towards, rows, one):
+    def features(kind, g, witness, towards, rows, one, simplex):
         if kind == MESH:
-            return _mesh_features(g, towards, rows)
+            return _mesh_features(g, towards, rows, simplex)
         if kind == BOX:
-            return _box_features(g, towards, rows, one)
+            return _box_features(g, towards, rows, one, simplex)
         return _round_features(kind, g, witness, towards, rows, one)
 
     def fn(g1: GeomFrame, g2: GeomFrame, margin, ccd=None) -> Collision:
-        base = single(g1, g2, margin, ccd)
+        base, mj, reported = single(g1, g2, margin, ccd)
         one = (g1.pos[0] + g2.pos[0]) * 0.0 + 1.0  # see multiccd._mul
         n, dist = base.frame[0, 0], base.dist[0]
         ns = jax.lax.stop_gradient(n)
         rows = max(16, g2.mesh.poly.shape[1], g1.mesh.poly.shape[1] if k1 == MESH else 0)
-        f1 = features(k1, g1, base.pos[0] - 0.5 * dist * n, ns, rows, one)
-        f2 = features(k2, g2, base.pos[0] + 0.5 * dist * n, -ns, rows, one)
-        # face-face: the most anti-parallel pair of candidate faces
+        # MuJoCo's features come from its final EPA face: where its contact is replayed (float64) ours do
+        # too, for boxes and meshes; else (and for capsules and cylinders) they are the geometric ones
+        epa = mj is not None
+        simplex1 = (mj.face_ids[:, 0], mj.face_a) if epa and k1 in (BOX, MESH) else None
+        simplex2 = (mj.face_ids[:, 1], mj.face_b) if epa else None
+        f1 = features(k1, g1, base.pos[0] - 0.5 * dist * n, ns, rows, one, simplex1)
+        f2 = features(k2, g2, base.pos[0] + 0.5 * dist * n, -ns, rows, one, simplex2)
+        # face-face: the most anti-parallel pair of candidate faces, within FACE_TOLERANCE
         dots = jax.lax.stop_gradient(f1.normals @ f2.normals.T)
-        dots = jnp.where(f1.faces[:, None] & f2.faces[None, :], dots, jnp.inf)
-        i, j = jnp.unravel_index(jnp.argmin(dots), dots.shape)
-        aligned = dots[i, j] < -FACE_TOLERANCE
+        pairs = f1.faces[:, None] & f2.faces[None, :]
+        i, j = jnp.unravel_index(jnp.argmin(jnp.where(pairs, dots, jnp.inf)), dots.shape)
+        aligned = pairs[i, j] & (dots[i, j] < -FACE_TOLERANCE)
 
         def edge_on_face(edges, edge_ok, normals, faces):
-            """(edge, face, found): the candidate edge most nearly parallel to a candidate face."""
+            """(edge, face, found): a candidate edge within EDGE_TOLERANCE of parallel to a candidate face
+            (MuJoCo's alignedFaceEdge: the first face, then edge, in order; geometric: the most parallel)."""
             axis = jax.vmap(lambda e: _normalize(e[1] - e[0], one))(edges)
-            cos = jnp.abs(jax.lax.stop_gradient(axis @ normals.T))
-            cos = jnp.where(edge_ok[:, None] & faces[None, :], cos, jnp.inf)
-            e, f = jnp.unravel_index(jnp.argmin(cos), cos.shape)
-            return e, f, cos[e, f] < EDGE_TOLERANCE
+            cos = jnp.abs(jax.lax.stop_gradient(normals @ axis.T))  # (face, edge)
+            both = faces[:, None] & edge_ok[None, :]
+            if epa:
+                f, e = jnp.unravel_index(jnp.argmax(both & (cos < EDGE_TOLERANCE)), cos.shape)
+            else:
+                f, e = jnp.unravel_index(jnp.argmin(jnp.where(both, cos, jnp.inf)), cos.shape)
+            return e, f, both[f, e] & (cos[f, e] < EDGE_TOLERANCE)
 
         e1, f2e, found1 = edge_on_face(f1.edges, f1.edge_ok, f2.normals, f2.faces)
         e2, f1e, found2 = edge_on_face(f2.edges, f2.edge_ok, f1.normals, f1.faces)
-        # MuJoCo tries the lower-dimensional feature's edges; its dimensions come from EPA's simplex,
-        # which can name a face where the support set is an edge: the other order is tried too
+        # the lower-dimensional feature's edges (geom 1's on a tie); where they lie on no face, the other
+        # shape's (MuJoCo 4 does: the bunnies' edge contacts)
+        first1 = (f1.dim < 3) & (f1.dim <= f2.dim)
         edge1, edge2 = (f1.dim < 3) & found1, (f2.dim < 3) & found2
-        use1 = ~aligned & edge1 & ((f1.dim <= f2.dim) | ~edge2)
+        use1 = ~aligned & edge1 & (first1 | ~edge2)
         use2 = ~aligned & ~use1 & edge2
 
         size = 2 * rows + 4
@@ -241,6 +312,8 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
         w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
         p1, p2 = tree_where(use1, (w2, w1), (w1, w2))
         active = (aligned | use1 | use2) & jnp.any(ok) & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
+        if epa:
+            active = active & reported
         normal = _normalize(_normalize(p1 - p2, one), one)
         slots = Collision(dist=jnp.where(ok, d, 0.0), pos=(p1 + p2) * 0.5, frame=jax.vmap(make_frame)(normal), valid=ok)
         return tree_where(active, slots, _pad_slots(base, limit))
