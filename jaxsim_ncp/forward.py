@@ -464,8 +464,8 @@ def step(model: Model, data: Data) -> Data:
         new = fixed.advance(model, data, data.act_dot, data.qacc)
     elif integrator == "euler":
         new = fixed.euler(model, data)
-    elif integrator == "implicitfast":
-        new = fixed.implicitfast(model, data)
+    elif integrator in ("implicitfast", "implicit"):
+        new = fixed.implicit(model, data)
     elif integrator == "rk4":
         new = fixed.rk4(model, data, forward)
     elif integrator == "adaptive":

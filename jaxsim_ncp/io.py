@@ -44,8 +44,9 @@ _INTEGRATORS = {
     int(mujoco.mjtIntegrator.mjINT_EULER): "euler",
     int(mujoco.mjtIntegrator.mjINT_RK4): "rk4",
     int(mujoco.mjtIntegrator.mjINT_IMPLICITFAST): "implicitfast",
+    int(mujoco.mjtIntegrator.mjINT_IMPLICIT): "implicit",
 }
-_SUPPORTED_INTEGRATORS = ("euler", "implicitfast", "rk4", "adaptive")
+_SUPPORTED_INTEGRATORS = ("euler", "implicitfast", "implicit", "rk4", "adaptive")
 _CONE = {int(mujoco.mjtCone.mjCONE_PYRAMIDAL): "pyramidal", int(mujoco.mjtCone.mjCONE_ELLIPTIC): "elliptic"}
 _DISABLE_NAMES = {
     int(getattr(mujoco.mjtDisableBit, name)): name[len("mjDSBL_") :].lower()

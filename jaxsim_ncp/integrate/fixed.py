@@ -1,4 +1,4 @@
-"""Fixed-step integrators: semi-implicit Euler, implicitfast, RK4 (Computation chapter, "Numerical integration").
+"""Fixed-step integrators: semi-implicit Euler, implicitfast, implicit, RK4 (Computation chapter, "Numerical integration").
 
 All three advance the state with mj_advance semantics: act first (mj_nextActivation),
 then v' = v + h a, then q' = q (+) h v' on the configuration manifold (quaternions
@@ -88,43 +88,56 @@ def _rigid_free_tree_gyroscopic(model: Model, data: Data):
     return jnp.zeros((model.nv, model.nv), model.dtype).at[rows, cols].set(-jac)
 
 
-def _fluid_velocity_derivative(model: Model, data: Data) -> jax.Array:
-    """d qfrc_fluid / d qvel as implicitfast uses it (mjd_passive_vel's fluid terms): per body
-    J^T B J with B the local wrench's velocity derivative, symmetrized (B + B^T) / 2 for the
-    symmetric factorization, except in a rigid free tree, whose 6x6 block is solved whole."""
+def _fluid_velocity_derivative(model: Model, data: Data, symmetric: bool) -> jax.Array:
+    """d qfrc_fluid / d qvel (mjd_passive_vel's fluid terms): per body J^T B J with B the local
+    wrench's velocity derivative. implicitfast (symmetric) takes (B + B^T) / 2 for its symmetric
+    factorization, except in a rigid free tree, whose 6x6 block is solved whole."""
 
     def force(qvel):
         return fluid.fluid_force(model, smooth.com_vel(model, data.replace(qvel=qvel)))
 
     deriv = jax.jacfwd(force)(data.qvel)
-    symmetric = 0.5 * (deriv + deriv.T)
+    if not symmetric:
+        return deriv
     free = np.zeros((model.nv, model.nv), bool)
     for j in _rigid_free_joints(model):
         adr = model.topology.jnt_dofadr[j]
         free[adr : adr + 6, adr : adr + 6] = True
-    return jnp.where(jnp.asarray(free), deriv, symmetric)
+    return jnp.where(jnp.asarray(free), deriv, 0.5 * (deriv + deriv.T))
 
 
-def implicitfast(model: Model, data: Data) -> Data:
-    """Implicit-in-velocity Euler without articulated Coriolis derivatives: (M - h D) a = f.
+def _bias_velocity_derivative(model: Model, data: Data) -> jax.Array:
+    """d qfrc_bias / d qvel (mjd_rne_vel): the Coriolis and centrifugal forces' exact Jacobian (they
+    are quadratic in qvel; forward-mode AD through mj_comVel and RNE, one column per dof)."""
 
-    D = d(qfrc_passive + qfrc_actuator)/d qvel = -B + moment^T diag(dforce/dvel) moment
-    (mjd_smooth_vel with the RNE term skipped), plus the gyroscopic derivative of
-    free joints of rigid trees (`_rigid_free_tree_gyroscopic`), as mujoco>=4 does.
+    def bias(qvel):
+        return smooth.rne(model, smooth.com_vel(model, data.replace(qvel=qvel))).qfrc_bias
+
+    return jax.jacfwd(bias)(data.qvel)
+
+
+def implicit(model: Model, data: Data) -> Data:
+    """Implicit-in-velocity Euler: (M - h D) a = f (Computation chapter, eq. 5).
+
+    implicitfast: D = d(qfrc_passive + qfrc_actuator)/d qvel = -B + moment^T diag(dforce/dvel) moment
+    (mjd_smooth_vel with the RNE term skipped), plus the gyroscopic derivative of free joints of
+    rigid trees (`_rigid_free_tree_gyroscopic`), as mujoco>=4 does. implicit: D also has
+    -d qfrc_bias/d qvel (mjd_rne_vel) and the unsymmetrized fluid derivative, and M - h D is
+    solved by LU (MuJoCo's mjINT_IMPLICIT).
     """
     if model.nv == 0:
         return advance(model, data, data.act_dot, data.qacc)
     force = data.qfrc_smooth + data.qfrc_constraint
     mass = effective_mass(model, data)
-    if not _rigid_free_joints(model):
+    if model.opt.integrator == "implicitfast" and not _rigid_free_joints(model):
         qacc = linalg.solve_spd(mass, force)
-    else:  # the gyroscopic block is not symmetric: LU
+    else:  # not symmetric: LU
         qacc = linalg.solve(mass, force)
     return advance(model, data, data.act_dot, qacc)
 
 
 def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.Array:
-    """The matrix the integrator solves with: M + h B (euler), M - h D (implicitfast), M otherwise.
+    """The matrix the integrator solves with: M + h B (euler), M - h D (implicitfast, implicit), M otherwise.
 
     The hard-contact solver uses it as its mass so that its velocity update is the
     integrator's (implicit damping, implicitfast's velocity derivatives); it passes
@@ -133,25 +146,28 @@ def effective_mass(model: Model, data: Data, always_damp: bool = False) -> jax.A
     is unstable, e.g. the MJX humanoid at dt = 0.05).
     """
     h = model.opt.timestep
-    if model.opt.integrator == "euler":
+    integrator = model.opt.integrator
+    if integrator == "euler":
         if model.opt.disabled("damper") or (model.opt.disabled("eulerdamp") and not always_damp):
             return data.qM
         return data.qM + h * jnp.diag(passive.damping(model, data.qvel, derivative=True))
-    if model.opt.integrator == "implicitfast":
-        qderiv = actuator_velocity_derivative(model, data)
-        if not model.opt.disabled("damper"):
-            qderiv = qderiv - jnp.diag(passive.damping(model, data.qvel, derivative=True))
-            if model.ntendon:  # tendon dampers: d(J^T (-b J v)) / dv (mjd_passive_vel)
-                b = passive.damping(model, data.ten_velocity, tendon=True, derivative=True)
-                qderiv = qderiv - data.ten_J.T @ (b[:, None] * data.ten_J)
-        if model.ntendon:  # MuJoCo keeps only M's sparsity (dof pairs on one ancestor chain): tendon
-            anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
-            qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
-        if fluid.enabled(model):
-            qderiv = qderiv + _fluid_velocity_derivative(model, data)
-        gyro = _rigid_free_tree_gyroscopic(model, data)
-        return data.qM - h * (qderiv if gyro is None else qderiv + gyro)
-    return data.qM
+    if integrator not in ("implicitfast", "implicit"):
+        return data.qM
+    qderiv = actuator_velocity_derivative(model, data)
+    if not model.opt.disabled("damper"):
+        qderiv = qderiv - jnp.diag(passive.damping(model, data.qvel, derivative=True))
+        if model.ntendon:  # tendon dampers: d(J^T (-b J v)) / dv (mjd_passive_vel)
+            b = passive.damping(model, data.ten_velocity, tendon=True, derivative=True)
+            qderiv = qderiv - data.ten_J.T @ (b[:, None] * data.ten_J)
+    if fluid.enabled(model):
+        qderiv = qderiv + _fluid_velocity_derivative(model, data, symmetric=integrator == "implicitfast")
+    if integrator == "implicit":
+        qderiv = qderiv - _bias_velocity_derivative(model, data)
+    if model.ntendon:  # MuJoCo keeps D's sparsity (dof pairs on one ancestor chain): tendon
+        anc = model.topology.dof_ancestor  # couplings across branches or trees stay explicit
+        qderiv = jnp.where(jnp.asarray(anc | anc.T), qderiv, 0.0)
+    gyro = _rigid_free_tree_gyroscopic(model, data) if integrator == "implicitfast" else None
+    return data.qM - h * (qderiv if gyro is None else qderiv + gyro)
 
 
 _RK4_A = ((0.5,), (0.0, 0.5), (0.0, 0.0, 1.0))
