@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import math, passive, smooth
-from .types import TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
+from . import constraint, math, passive, smooth
+from .types import TRN_BODY, TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
 
@@ -77,7 +77,35 @@ def transmission(model: Model, data: Data):
         for a in np.flatnonzero(np.asarray(topo.actuator_refsite) >= 0):
             ref_length, ref_moment = _refsite_transmission(model, data, int(a))
             length, moment = length.at[a].set(ref_length), moment.at[a].set(ref_moment)
+    on_body = trntype == TRN_BODY
+    if on_body.any():  # no meaningful length: 0
+        length = jnp.where(on_body, 0.0, length)
+        for a in np.flatnonzero(on_body):
+            moment = moment.at[a].set(_body_transmission(model, data, int(obj[a])))
     return length, moment
+
+
+def body_transmissions(model: Model) -> bool:
+    """Whether an actuator acts through a body (adhesion): its moment needs the contacts first."""
+    return bool(np.any(np.asarray(model.topology.actuator_trntype, dtype=np.int64) == TRN_BODY))
+
+
+def _body_transmission(model: Model, data: Data, body: int):
+    """Adhesion's moment (mj_transmission, mjTRN_BODY): minus the mean over the body's contacts of
+    their normal Jacobians n^T (J_body2(p) - J_body1(p)); the contacts in the gap (no constraint
+    rows) count too, those that move no dof do not. data.contact must hold this state's contacts."""
+    topo = model.topology
+    bodies = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]  # (slots, 2)
+    slots = np.flatnonzero(np.any(bodies == body, axis=1) & constraint.slots_make_rows(model))
+    if slots.size == 0:
+        return jnp.zeros(model.nv, model.dtype)
+    pos = data.contact.pos[slots]
+    jac1, _ = smooth.point_jacobian(model, data, bodies[slots, 0], pos)
+    jac2, _ = smooth.point_jacobian(model, data, bodies[slots, 1], pos)
+    normal_jac = jnp.einsum("ki,kin->kn", data.contact.frame[slots, 0], jac2 - jac1)
+    weight = jnp.where(data.contact.mask[slots], 1.0, 0.0).astype(model.dtype)
+    count = jnp.sum(weight)
+    return -(weight @ normal_jac) / jnp.maximum(count, 1.0)
 
 
 def _refsite_transmission(model: Model, data: Data, a: int):

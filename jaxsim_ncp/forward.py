@@ -33,6 +33,8 @@ def forward(model: Model, data: Data) -> Data:
     data = passive.passive(model, data)
     data = smooth.rne(model, data)
     data = tendon.armature(model, data)
+    if actuation.body_transmissions(model) and model.constraints.ncon:  # adhesion's moment needs the contacts
+        data = data.replace(contact=collide(model, data))
     data = actuation.actuation(model, data)
     qfrc_smooth = (
         data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
@@ -56,7 +58,7 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         )  # fmt: skip
     if model.opt.solver == "ncp":
         return _ncp_solve(model, data)
-    if layout.ncon:
+    if layout.ncon and not actuation.body_transmissions(model):  # else collided before actuation
         data = data.replace(contact=collide(model, data))
     efc, sol = _newton(model, data)
     if model.opt.cfd is not None and layout.ncon:

@@ -484,6 +484,12 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
     if "frictionloss" not in disableflags and np.any(m.tendon_frictionloss > 0):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, int(np.nonzero(m.tendon_frictionloss > 0)[0][0]))
         raise UnsupportedFeatureError(f"tendon {tname!r}/frictionloss with solver='ncp' (dry friction is not modelled)")
+    for a in np.nonzero(np.asarray(m.actuator_trntype) == int(mujoco.mjtTrn.mjTRN_BODY))[0]:
+        aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, int(a))
+        raise UnsupportedFeatureError(
+            f"actuator {aname!r} transmission mjTRN_BODY (adhesion) with solver='ncp': its moment averages "
+            "MuJoCo's soft contacts (use solver='newton')"
+        )
     limit_sensors = {int(s) for s in sensor.Sens if "LIMIT" in s.name}
     for i in np.nonzero(np.isin(np.asarray(m.sensor_type), list(limit_sensors)))[0]:
         sname = _name(m, mujoco.mjtObj.mjOBJ_SENSOR, int(i))
@@ -559,10 +565,11 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for a in range(m.nu):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
         trntype = int(m.actuator_trntype[a])
-        supported = (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT, mujoco.mjtTrn.mjTRN_TENDON, mujoco.mjtTrn.mjTRN_SITE)
+        supported = (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT, mujoco.mjtTrn.mjTRN_TENDON,
+                     mujoco.mjtTrn.mjTRN_SITE, mujoco.mjtTrn.mjTRN_BODY)  # fmt: skip
         if trntype not in {int(t) for t in supported}:
             trn = mujoco.mjtTrn(trntype).name
-            unsupported(f"actuator {aname!r} transmission {trn} (only joint, jointinparent, tendon and site transmissions)")
+            unsupported(f"actuator {aname!r} transmission {trn} (only joint, jointinparent, tendon, site and body transmissions)")
         if int(m.actuator_dyntype[a]) not in set(DynType):
             unsupported(f"actuator {aname!r} dyntype {mujoco.mjtDyn(int(m.actuator_dyntype[a])).name}")
         if int(m.actuator_gaintype[a]) not in set(GainType):

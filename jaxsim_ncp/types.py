@@ -40,6 +40,7 @@ JOINT_NV = {JointType.FREE: 6, JointType.BALL: 3, JointType.SLIDE: 1, JointType.
 TRN_JOINT, TRN_JOINTINPARENT = 0, 1  # mjtTrn: the actuator's transmission is a joint
 TRN_TENDON = 3  # mjtTrn.mjTRN_TENDON: the actuator's transmission is a tendon
 TRN_SITE = 4  # mjtTrn.mjTRN_SITE: a wrench at a site (actuation.transmission)
+TRN_BODY = 5  # mjtTrn.mjTRN_BODY: adhesion, along the normals of the body's contacts
 
 
 class DynType(IntEnum):

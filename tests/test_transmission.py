@@ -1,14 +1,19 @@
 """Site transmissions measured from a reference site (`refsite`): actuator length, velocity and
 force, and the dynamics they drive, against MuJoCo; the gradient through them against finite
 differences. Covers a translational and a rotational gear on a chain whose sites share ancestor
-dofs (MuJoCo clears those Jacobian columns), a free body against a world site, and a 6-D gear."""
+dofs (MuJoCo clears those Jacobian columns), a free body against a world site, and a 6-D gear.
+Body transmissions (adhesion): their moments from the body's contacts, against MuJoCo."""
+
+import importlib
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import pytest
 
 import jaxsim_ncp as jsn
+from test_gradients import check_directional
 from test_parity import mujoco_rollout, qpos_qvel, random_state, to_data
 
 SCENE = """
@@ -78,3 +83,49 @@ def test_refsite_transmissions_match_mujoco_and_finite_differences():
         e = jnp.zeros_like(u).at[t, a].set(1e-6)
         fd = (value_and_grad(u + e)[0] - value_and_grad(u - e)[0]) / 2e-6
         np.testing.assert_allclose(grad[t, a], fd, rtol=1e-5, atol=1e-8)
+
+
+ADHESION = """<mujoco><option timestep="0.002"/>
+  <worldbody><geom type="plane" size="2 2 .1"/>
+    <body name="ceiling" pos="0 0 0.6"><geom type="box" size="0.3 0.3 0.02"/></body>
+    <body pos="0 0 0.3"><joint name="lift" type="slide" axis="0 0 1" damping="5"/><geom type="capsule" fromto="0 0 0 0 0 0.2" size="0.02"/>
+      <body name="pad" pos="0 0 0.24"><joint type="hinge" axis="0 1 0" damping="0.05"/>
+        <geom type="box" size="0.05 0.05 0.02" gap="0.02"/><geom type="sphere" size="0.02" pos="0.04 0 0.02" gap="0.01"/></body></body>
+    <body name="brick" pos="0.5 0 0.04"><freejoint/><geom type="box" size="0.06 0.04 0.03" gap="0.015" euler="0 3 0"/></body>
+  </worldbody>
+  <actuator><adhesion body="pad" ctrlrange="0 1" gain="20"/><adhesion body="brick" ctrlrange="0 1" gain="4"/>
+    <motor joint="lift" ctrlrange="-20 20"/></actuator></mujoco>"""
+
+
+def test_adhesion_body_transmission_matches_mujoco_and_finite_differences():
+    """mjTRN_BODY (adhesion): moment = minus the mean normal Jacobian of the body's contacts, those
+    in the gap (no constraint rows) included. A pad lifted to a ceiling and a brick on the floor,
+    with gaps: qfrc_actuator and actuator_velocity at 30 states of MuJoCo's trajectory (in-gap
+    contacts only, mixed, all active); the gradient of qfrc_actuator against finite differences."""
+    m = mujoco.MjModel.from_xml_string(ADHESION)
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    states, ref, exclude = [], [], set()
+    for t in range(300):
+        d.ctrl[:] = [1.0, 0.7, 8.0 if t < 150 else -3.0]
+        mujoco.mj_step(m, d)
+        if t % 10 == 9:
+            mujoco.mj_forward(m, d)
+            states.append((d.qpos.copy(), d.qvel.copy(), d.ctrl.copy()))
+            ref.append((d.qfrc_actuator.copy(), d.actuator_velocity.copy()))
+            exclude |= {int(c.exclude) for c in d.contact[: d.ncon]}
+    assert exclude == {0, 1}  # active contacts and contacts in the gap both occur
+    forward = importlib.import_module("jaxsim_ncp.forward").forward
+    data = jsn.make_data(model)
+    qpos, qvel, ctrl = (jnp.asarray(np.array(x)) for x in zip(*states))
+    out = jax.jit(jax.vmap(lambda q, v, u: forward(model, data.replace(qpos=q, qvel=v, ctrl=u))))(qpos, qvel, ctrl)
+    for s, (qfrc, velocity) in enumerate(ref):
+        np.testing.assert_allclose(out.qfrc_actuator[s], qfrc, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(out.actuator_velocity[s], velocity, rtol=0, atol=1e-12)
+    assert float(jnp.min(out.qfrc_actuator[:, 0])) > 15  # the pad's pull on the lift is there
+
+    weights = jnp.asarray(np.random.default_rng(0).normal(size=m.nv))
+    at = data.replace(qpos=qpos[5], qvel=qvel[5], ctrl=ctrl[5])
+    check_directional(lambda q: weights @ forward(model, at.replace(qpos=q)).qfrc_actuator, at.qpos, np.random.default_rng(1))
+    with pytest.raises(jsn.UnsupportedFeatureError, match="mjTRN_BODY.*solver='ncp'"):
+        jsn.from_mujoco(m, solver="ncp")
