@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import constraint, math, passive, smooth
-from .types import TRN_BODY, TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
+from .types import TRN_BODY, TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_SLIDERCRANK, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
 
@@ -77,12 +77,45 @@ def transmission(model: Model, data: Data):
         for a in np.flatnonzero(np.asarray(topo.actuator_refsite) >= 0):
             ref_length, ref_moment = _refsite_transmission(model, data, int(a))
             length, moment = length.at[a].set(ref_length), moment.at[a].set(ref_moment)
+    crank = trntype == TRN_SLIDERCRANK
+    if crank.any():
+        crank_length, crank_moment = _slider_crank(model, data, np.flatnonzero(crank))
+        length = length.at[np.flatnonzero(crank)].set(crank_length)
+        moment = moment.at[np.flatnonzero(crank)].set(crank_moment)
     on_body = trntype == TRN_BODY
     if on_body.any():  # no meaningful length: 0
         length = jnp.where(on_body, 0.0, length)
         for a in np.flatnonzero(on_body):
             moment = moment.at[a].set(_body_transmission(model, data, int(obj[a])))
     return length, moment
+
+
+def _slider_crank(model: Model, data: Data, actuators: np.ndarray):
+    """Slider-crank transmissions (mj_transmission, mjTRN_SLIDERCRANK): with v the crank site minus
+    the slider site, a the slider site's z axis and r the rod's length, l = a.v - sqrt(det),
+    det = (a.v)^2 + r^2 - v.v (l = a.v where det <= 0, the crank "broken"); the moment is dl/dq by
+    the chain rule through v (the sites' Jacobians) and a (the slider's rotation: da = w x a), both
+    times gear[0]. Returns lengths (k,) and moments (k, nv)."""
+    topo = model.topology
+    crank_site = np.asarray(topo.actuator_trnid, dtype=np.int64)[actuators]
+    slider_site = np.asarray(topo.actuator_slidersite, dtype=np.int64)[actuators]
+    axis = data.site_xmat[slider_site][:, :, 2]
+    vec = data.site_xpos[crank_site] - data.site_xpos[slider_site]
+    rod = model.actuator_cranklength[actuators]
+    av = jnp.sum(vec * axis, axis=-1)
+    det = av * av + rod * rod - jnp.sum(vec * vec, axis=-1)
+    ok = det > 0
+    sdet = jnp.sqrt(jnp.where(ok, det, 1.0))
+    length = jnp.where(ok, av - sdet, av)
+    dldv = jnp.where(ok[:, None], axis * (1 - av / sdet)[:, None] + vec / sdet[:, None], axis)
+    dlda = jnp.where(ok[:, None], vec * (1 - av / sdet)[:, None], vec)
+    site_body = np.asarray(topo.site_bodyid, dtype=np.int64)
+    jac_crank, _ = smooth.point_jacobian(model, data, site_body[crank_site], data.site_xpos[crank_site])
+    jac_slider, jacr_slider = smooth.point_jacobian(model, data, site_body[slider_site], data.site_xpos[slider_site])
+    jac_axis = jnp.cross(jnp.swapaxes(jacr_slider, 1, 2), axis[:, None, :])  # (k, nv, 3): w_j x a
+    moment = jnp.einsum("ki,kni->kn", dlda, jac_axis) + jnp.einsum("ki,kin->kn", dldv, jac_crank - jac_slider)
+    gear = model.actuator_gear[actuators, 0]
+    return gear * length, gear[:, None] * moment
 
 
 def body_transmissions(model: Model) -> bool:

@@ -254,6 +254,10 @@ def from_mujoco(
             for a in range(m.nu)
         ),
         actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
+        actuator_slidersite=tuple(
+            int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SLIDERCRANK) else -1
+            for a in range(m.nu)
+        ),
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
         has_polynomial_springs=bool(np.any(m.jnt_stiffnesspoly != 0) or np.any(m.tendon_stiffnesspoly != 0)),
@@ -413,6 +417,7 @@ def from_mujoco(
         actuator_damping=f(m.actuator_damping),
         actuator_dampingpoly=f(np.reshape(m.actuator_dampingpoly, (-1, 2))),
         actuator_armature=f(m.actuator_armature),
+        actuator_cranklength=f(m.actuator_cranklength),
         geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else None,
     )
     check_model(model)
@@ -565,11 +570,9 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for a in range(m.nu):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
         trntype = int(m.actuator_trntype[a])
-        supported = (mujoco.mjtTrn.mjTRN_JOINT, mujoco.mjtTrn.mjTRN_JOINTINPARENT, mujoco.mjtTrn.mjTRN_TENDON,
-                     mujoco.mjtTrn.mjTRN_SITE, mujoco.mjtTrn.mjTRN_BODY)  # fmt: skip
-        if trntype not in {int(t) for t in supported}:
-            trn = mujoco.mjtTrn(trntype).name
-            unsupported(f"actuator {aname!r} transmission {trn} (only joint, jointinparent, tendon, site and body transmissions)")
+        supported = ("JOINT", "JOINTINPARENT", "SLIDERCRANK", "TENDON", "SITE", "BODY")
+        if trntype not in {int(getattr(mujoco.mjtTrn, f"mjTRN_{t}")) for t in supported}:
+            unsupported(f"actuator {aname!r} transmission type {trntype}")
         if int(m.actuator_dyntype[a]) not in set(DynType):
             unsupported(f"actuator {aname!r} dyntype {mujoco.mjtDyn(int(m.actuator_dyntype[a])).name}")
         if int(m.actuator_gaintype[a]) not in set(GainType):

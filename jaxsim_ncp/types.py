@@ -38,6 +38,7 @@ class JointType(IntEnum):
 JOINT_NQ = {JointType.FREE: 7, JointType.BALL: 4, JointType.SLIDE: 1, JointType.HINGE: 1}
 JOINT_NV = {JointType.FREE: 6, JointType.BALL: 3, JointType.SLIDE: 1, JointType.HINGE: 1}
 TRN_JOINT, TRN_JOINTINPARENT = 0, 1  # mjtTrn: the actuator's transmission is a joint
+TRN_SLIDERCRANK = 2  # mjtTrn.mjTRN_SLIDERCRANK: a crank site and a slider site (actuation.transmission)
 TRN_TENDON = 3  # mjtTrn.mjTRN_TENDON: the actuator's transmission is a tendon
 TRN_SITE = 4  # mjtTrn.mjTRN_SITE: a wrench at a site (actuation.transmission)
 TRN_BODY = 5  # mjtTrn.mjTRN_BODY: adhesion, along the normals of the body's contacts
@@ -181,6 +182,7 @@ class Topology:
     # both sites share as ancestors, whose Jacobian columns MuJoCo clears in the moment
     actuator_refsite: tuple[int, ...] = ()
     actuator_refsite_shared_dofs: tuple[tuple[int, ...], ...] = ()
+    actuator_slidersite: tuple[int, ...] = ()  # slider-crank transmissions: the slider site (-1: none)
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()
@@ -622,6 +624,7 @@ class Model(eqx.Module):
     actuator_damping: Float[Array, " nu"]  # added, times gear^2, to the damping of what it drives
     actuator_dampingpoly: Float[Array, "nu 2"]  # likewise, to the higher-order damping coefficients
     actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
+    actuator_cranklength: Float[Array, " nu"]  # slider-crank transmissions: the rod's length
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
     geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] | None = None
 

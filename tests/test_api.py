@@ -57,9 +57,8 @@ def test_malformed_xml_raises():
          "</worldbody></mujoco>", r"contact adhesion \(geom 'tape'/adhesion\)"),
         ("<mujoco><worldbody><geom name='f' type='plane' size='1 1 .1'/><body><freejoint/><geom name='b' size='.1'/></body></worldbody>"
          "<contact><pair name='sticky' geom1='f' geom2='b' adhesion='1'/></contact></mujoco>", r"contact adhesion \(pair 'sticky'/adhesion\)"),
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><site name='c'/><body><joint type='slide'/><geom size='.1'/>"
-         "<site name='s'/></body></worldbody><actuator><general name='crank' cranksite='c' slidersite='s' cranklength='.1'/></actuator></mujoco>",
-         "actuator 'crank' transmission mjTRN_SLIDERCRANK"),
+        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
+         "<actuator><general name='callback' joint='j' gaintype='user'/></actuator></mujoco>", "actuator 'callback' gaintype mjGAIN_USER"),
     ],
 )
 def test_unsupported_features_raise(xml, match):

@@ -2,7 +2,7 @@
 force, and the dynamics they drive, against MuJoCo; the gradient through them against finite
 differences. Covers a translational and a rotational gear on a chain whose sites share ancestor
 dofs (MuJoCo clears those Jacobian columns), a free body against a world site, and a 6-D gear.
-Body transmissions (adhesion): their moments from the body's contacts, against MuJoCo."""
+Body transmissions (adhesion): their moments from the body's contacts; slider-cranks: against MuJoCo."""
 
 import importlib
 
@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp import actuation, smooth
 from test_gradients import check_directional
 from test_parity import mujoco_rollout, qpos_qvel, random_state, to_data
 
@@ -129,3 +130,46 @@ def test_adhesion_body_transmission_matches_mujoco_and_finite_differences():
     check_directional(lambda q: weights @ forward(model, at.replace(qpos=q)).qfrc_actuator, at.qpos, np.random.default_rng(1))
     with pytest.raises(jsn.UnsupportedFeatureError, match="mjTRN_BODY.*solver='ncp'"):
         jsn.from_mujoco(m, solver="ncp")
+
+
+SLIDER_CRANK = """<mujoco><option timestep="0.002"/><default><geom contype="0" conaffinity="0"/>
+    <position ctrllimited="true" ctrlrange="-.1 .1" kp="30"/></default>
+  <worldbody>
+    <site name="slider" pos="0 -.1 0" zaxis="1 .5 0"/>
+    <body><joint damping=".1"/><geom type="capsule" size=".01" fromto="0 0 0 .2 0 0"/>
+      <site name="crank" pos=".1 0 0"/><site name="crank2" pos=".2 0 0"/>
+      <body pos=".15 0 0"><joint damping=".1"/><geom type="capsule" size=".01" fromto="0 -.15 0 0 0 0"/>
+        <site name="slider2" pos=".02 -.1 0" zaxis="1 2 0"/></body></body>
+    <site name="slider3" pos="0 .1 0" zaxis="1 .2 0"/>
+    <body pos="0 .2 0"><joint damping=".1"/><geom type="capsule" size=".01" fromto="0 0 0 .15 0 0"/><site name="crank3" pos=".1 0 0"/></body>
+  </worldbody>
+  <actuator><position cranksite="crank" slidersite="slider" cranklength=".08"/>
+    <position cranksite="crank2" slidersite="slider2" cranklength=".06" gear="2"/>
+    <position cranksite="crank3" slidersite="slider3" cranklength=".05"/></actuator></mujoco>"""
+
+
+def test_slider_crank_matches_mujoco():
+    """mjTRN_SLIDERCRANK (MuJoCo's slider_crank.xml: a slider on the parent, one on the child, and a
+    rod too short to reach, whose length falls back to a.v): lengths and moments at the start
+    (moments against central differences of our lengths), 300 steps of random controls against
+    MuJoCo."""
+    m = mujoco.MjModel.from_xml_string(SLIDER_CRANK)
+    model = jsn.from_mujoco(m)
+    rng = np.random.default_rng(4)
+    d = random_state(m, rng, speed=1.0)
+    mujoco.mj_forward(m, d)
+    frames = lambda q: smooth.com_pos(model, smooth.kinematics(model, jsn.make_data(model).replace(qpos=q)))  # noqa: E731
+    transmission = jax.jit(lambda q: actuation.transmission(model, frames(q)))
+    length, moment = transmission(jnp.asarray(d.qpos))
+    np.testing.assert_allclose(length, d.actuator_length, rtol=0, atol=1e-14)
+    dense = np.zeros((m.nu, m.nv))
+    mujoco.mju_sparse2dense(dense, d.actuator_moment, d.moment_rownnz, d.moment_rowadr, d.moment_colind)
+    np.testing.assert_allclose(moment, dense, rtol=0, atol=1e-14)
+    step = 1e-6 * rng.normal(size=m.nq)
+    fd = (transmission(jnp.asarray(d.qpos + step))[0] - transmission(jnp.asarray(d.qpos - step))[0]) / 2
+    np.testing.assert_allclose(fd, moment @ step, rtol=1e-6, atol=1e-13)
+    ctrl = rng.uniform(-0.1, 0.1, size=(300, m.nu))
+    data = to_data(model, d)
+    ref = mujoco_rollout(m, d, ctrl, qpos_qvel)
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.asarray(ctrl))
+    np.testing.assert_allclose(np.concatenate([traj.qpos, traj.qvel], axis=1), ref, rtol=0, atol=1e-9)
