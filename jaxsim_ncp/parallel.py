@@ -101,10 +101,12 @@ def cpu_tile(world_bytes: int) -> int:
     return tile
 
 
-def tile_for(model: Model) -> int:
+def tile_for(model: Model, mesh: Mesh | None = None) -> int:
     """`batched`'s tile for a function that simulates worlds of `model` (closed over, so `batched`
-    cannot see their size): `cpu_tile` of one world's `Data` on a CPU backend, 0 (no tiles) on others."""
-    if jax.default_backend() != "cpu":
+    cannot see their size): `cpu_tile` of one world's `Data` where `mesh`'s devices (default: the
+    default backend's) are CPUs, 0 (no tiles) on others."""
+    platform = jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
+    if platform != "cpu":
         return 0
     return cpu_tile(_bytes(jax.eval_shape(make_data, model)))
 

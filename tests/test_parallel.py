@@ -141,6 +141,7 @@ def test_cpu_tiles_are_sized_by_a_worlds_state():
         mj = mujoco.MjModel.from_xml_path(str(mjx_data / name))
         model = jsn.from_mujoco(mj, dtype=jnp.float32, **mjx_limits(mj))
         assert jsn.tile_for(model) == expected, name
+    assert jsn.tile_for(model, jsn.parallel.world_mesh(jax.devices("cpu"))) == 16  # a mesh's own platform
     # by default a CPU device sizes its tiles by the batched arguments: 16 worlds of budget / 4 bytes
     # each run as 4 tiles of 4; a shared argument does not count
     run = jsn.batched(lambda x, shared: x * shared, in_axes=(0, None))
