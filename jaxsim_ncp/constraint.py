@@ -612,8 +612,30 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
     )  # fmt: skip
     if sparse:
         efc = efc._replace(Jc=jnp.where(mask[len(rows.J) :, None], tail.J, 0.0), dofs=dofs[layout.row_contact])
-    aref = -b * apply(efc, data.qvel) - k * imp * r_ref - rows.jdot_v
+    vel = apply(efc, data.qvel)
+    if model.topology.has_surfacevel and layout.ncon:
+        vel = vel.at[layout.ne + layout.nf + layout.nl :].add(_surface_velocity(model, data, contacts))
+    aref = -b * vel - k * imp * r_ref - rows.jdot_v
     return efc._replace(aref=jnp.where(mask, aref, 0.0))
+
+
+def _surface_velocity(model: Model, data: Data, contacts: EfcContacts) -> Float[Array, " nefc_contact"]:
+    """mj_addSurfaceVel: each contact row's share of its geoms' relative surface velocity (geom 2's
+    minus geom 1's; each geom's `surfacevel` rotated to the world, plus w x (p - geom centre)),
+    in the contact frame, tangential and torsional only (no normal push, no rolling drive)."""
+    layout = model.constraints
+    con, geoms = contacts.contact, contacts.geom
+    surface = model.geom_surfacevel[geoms]  # (n, 2, 6)
+    rot = data.geom_xmat[geoms]
+    angular = jnp.einsum("ngij,ngj->ngi", rot, surface[..., 3:])
+    linear = jnp.einsum("ngij,ngj->ngi", rot, surface[..., :3])
+    linear = linear + jnp.cross(angular, con.pos[:, None, :] - data.geom_xpos[geoms])
+    local = jnp.concatenate([jnp.einsum("nij,nj->ni", con.frame, x[:, 1] - x[:, 0]) for x in (linear, angular)], axis=-1)
+    local = local * jnp.asarray([0.0, 1.0, 1.0, 1.0, 0.0, 0.0], model.dtype)
+    c, k, sign = layout.row_contact, layout.row_axis, layout.row_sign
+    if layout.cone == "elliptic":
+        return local[c, k]
+    return jnp.asarray(sign, model.dtype) * con.friction[c, np.maximum(k - 1, 0)] * local[c, k]
 
 
 def _contact_regularizer(model: Model, friction: Float[Array, "nefc_contact 5"], R):

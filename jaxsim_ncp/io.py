@@ -260,6 +260,7 @@ def from_mujoco(
         ),
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
+        has_surfacevel=bool(np.any(np.asarray(m.geom_surfacevel) != 0)),
         has_polynomial_springs=bool(np.any(m.jnt_stiffnesspoly != 0) or np.any(m.tendon_stiffnesspoly != 0)),
         has_polynomial_dampers=bool(np.any(m.dof_dampingpoly != 0) or np.any(m.tendon_dampingpoly != 0)
                                     or np.any(m.actuator_dampingpoly != 0)),
@@ -353,6 +354,7 @@ def from_mujoco(
         geom_quat=f(m.geom_quat),
         geom_size=f(m.geom_size),
         geom_friction=f(m.geom_friction),
+        geom_surfacevel=f(np.reshape(m.geom_surfacevel, (m.ngeom, 6))),
         geom_solref=f(m.geom_solref),
         geom_solimp=f(m.geom_solimp),
         geom_margin=f(m.geom_margin),
@@ -489,6 +491,12 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
     if "frictionloss" not in disableflags and np.any(m.tendon_frictionloss > 0):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, int(np.nonzero(m.tendon_frictionloss > 0)[0][0]))
         raise UnsupportedFeatureError(f"tendon {tname!r}/frictionloss with solver='ncp' (dry friction is not modelled)")
+    if "contact" not in disableflags and np.any(np.asarray(m.geom_surfacevel) != 0):
+        g = int(np.nonzero(np.any(np.reshape(m.geom_surfacevel, (m.ngeom, 6)) != 0, axis=1))[0][0])
+        raise UnsupportedFeatureError(
+            f"moving contact surfaces (geom {_name(m, mujoco.mjtObj.mjOBJ_GEOM, g)!r}/surfacevel) with solver='ncp' "
+            "(use solver='newton')"
+        )
     for a in np.nonzero(np.asarray(m.actuator_trntype) == int(mujoco.mjtTrn.mjTRN_BODY))[0]:
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, int(a))
         raise UnsupportedFeatureError(
@@ -550,16 +558,13 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         if np.any(m.jnt_springyield[j] != 0):
             unsupported(f"joint spring yield (joint {jname!r}/springyield)")
 
-    if "contact" not in disableflags:  # MuJoCo 4's contact extras change every contact they touch
+    if "contact" not in disableflags:  # MuJoCo 4's contact adhesion changes every contact it touches
         geom = mujoco.mjtObj.mjOBJ_GEOM
-        moving = np.any(np.asarray(m.geom_surfacevel).reshape(m.ngeom, -1) != 0, axis=1)
         sticky = np.asarray(m.geom_adhesion).reshape(-1) != 0
-        if np.any(moving | sticky):  # on a geom that takes part in some pair
+        if np.any(sticky):  # on a geom that takes part in some pair
             paired = np.zeros(m.ngeom, bool)
             for g1, g2, _ in _candidate_pairs(m, "filterparent" not in disableflags):
                 paired[[g1, g2]] = True
-            for g in np.nonzero(moving & paired)[0][:1]:
-                unsupported(f"moving contact surfaces (geom {_name(m, geom, int(g))!r}/surfacevel)")
             for g in np.nonzero(sticky & paired)[0][:1]:
                 unsupported(f"contact adhesion (geom {_name(m, geom, int(g))!r}/adhesion)")
         for p in np.nonzero(np.asarray(m.pair_adhesion).reshape(-1) != 0)[0][:1]:

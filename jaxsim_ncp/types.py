@@ -148,6 +148,7 @@ class Topology:
     site_bodyid: tuple[int, ...] = ()
     body_mocapid: tuple[int, ...] = ()  # -1, or the body's row in Data.mocap_pos / mocap_quat
     has_gravcomp: bool = False  # some body has gravcomp != 0 (passive.py)
+    has_surfacevel: bool = False  # some geom has a surface velocity (constraint.py, contact rows' aref)
     has_polynomial_springs: bool = False  # some joint or tendon stiffness has higher-order terms (passive.py)
     has_polynomial_dampers: bool = False  # some joint, tendon or actuator damping has higher-order terms
     jnt_actgravcomp: tuple[bool, ...] = ()  # the joint's gravity compensation counts as actuation
@@ -551,6 +552,7 @@ class Model(eqx.Module):
     geom_quat: Float[Array, "ngeom 4"]
     geom_size: Float[Array, "ngeom 3"]
     geom_friction: Float[Array, "ngeom 3"]
+    geom_surfacevel: Float[Array, "ngeom 6"]  # MuJoCo 4's moving surfaces: linear, angular, geom frame
     geom_solref: Float[Array, "ngeom 2"]
     geom_solimp: Float[Array, "ngeom 5"]
     geom_margin: Float[Array, " ngeom"]

@@ -254,3 +254,33 @@ def test_margin_and_gap_follow_mujoco():
         np.testing.assert_allclose(np.asarray(out.qacc), d.qacc, atol=1e-9)
         if d.ncon:
             np.testing.assert_allclose(float(out.contact.includemargin[0]), d.contact[0].includemargin)
+
+
+SURFACE_VELOCITY = """<mujoco><option cone="{cone}" timestep="0.002"/>
+  <worldbody>
+    <geom name="belt" type="box" size="1 0.3 0.05" pos="0 0 -0.05" euler="0 2 0" surfacevel="0.5 0.1 0 0 0 0"/>
+    <geom name="turntable" type="box" size="0.4 0.4 0.05" pos="0 1.2 -0.05" surfacevel="0 0 0 0 0 2" condim="4"/>
+    <body pos="0.2 0 0.05"><freejoint/><geom type="box" size="0.05 0.04 0.03"/></body>
+    <body pos="-0.3 0.1 0.04"><freejoint/><geom size="0.04" condim="6"/></body>
+    <body pos="0.25 1.2 0.03"><freejoint/><geom size="0.03" condim="4"/></body>
+    <body pos="0 1.2 0.03"><freejoint/><geom type="box" size="0.05 0.05 0.02" condim="4" surfacevel="0.2 0 0 0 0 0"/></body>
+  </worldbody></mujoco>"""
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_moving_surfaces_match_mujoco(cone):
+    """MuJoCo 4's `surfacevel`: a tilted conveyor belt (linear), a turntable (angular: w x r at each
+    contact, and the torsional row of condim 4), a box with its own belt on the turntable (the
+    geom-1 and geom-2 sides). 300 steps against MuJoCo; the carried bodies reach the belt's speed
+    and the turntable's spin."""
+    m = mujoco.MjModel.from_xml_string(SURFACE_VELOCITY.format(cone=cone))
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    _, traj = jax.jit(jsn.rollout)(model, jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos)), jnp.zeros((300, 0)))
+    for t in range(300):
+        mujoco.mj_step(m, d)
+        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    assert abs(d.qvel[0] - 0.5) < 1e-3 and d.qvel[17] > 1.0  # on the belt's speed; spun by the turntable
+    with pytest.raises(jsn.UnsupportedFeatureError, match="surfacevel.*solver='ncp'"):
+        jsn.from_mujoco(m, solver="ncp")
