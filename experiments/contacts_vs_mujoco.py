@@ -3,10 +3,10 @@
 MuJoCo steps the model; every `--every` steps our narrow phase (`collision.driver.collide`, compiled
 once, float64) runs at MuJoCo's state and each geom pair's contacts are compared with MuJoCo's: a pair
 differs when the counts differ or one of MuJoCo's points is farther than `--tol` from all of ours.
-Prints the differing pairs and a count per geom-type pair. Stop 66 on MuJoCo's
-`model/replicate/bunnies.xml` (300 steps, every 25): mesh-mesh 79 of 2148 pair samples differ,
-capsule-mesh 3 of 36, plane-mesh 0 of 620 (MuJoCo picks mesh features from its EPA face's vertex ids,
-we from the support set: `collision/mesh.py`).
+Prints the differing pairs and a count per geom-type pair. MuJoCo's `model/replicate/bunnies.xml`
+(300 steps, every 25): at stop 66 mesh-mesh 79 of 2148 pair samples differed, capsule-mesh 3 of 36
+(our mesh features came from the support set); since stop 67 they come from MuJoCo's final EPA face
+as MuJoCo's do (`collision/mesh.py`): mesh-mesh 0 of 2147, capsule-mesh 0 of 36, plane-mesh 0 of 620.
 
     python experiments/contacts_vs_mujoco.py PATH/TO/model.xml [--steps 300] [--every 25]
 """

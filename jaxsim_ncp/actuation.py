@@ -127,18 +127,12 @@ def _body_transmission(model: Model, data: Data, body: int):
     """Adhesion's moment (mj_transmission, mjTRN_BODY): minus the mean over the body's contacts of
     their normal Jacobians n^T (J_body2(p) - J_body1(p)); the contacts in the gap (no constraint
     rows) count too, those that move no dof do not. data.contact must hold this state's contacts."""
-    topo = model.topology
-    bodies = np.asarray(topo.geom_bodyid, dtype=np.int64)[model.constraints.contact_geom]  # (slots, 2)
+    bodies = constraint.geom_body(model, model.constraints.contact_geom)  # (slots, 2)
     slots = np.flatnonzero(np.any(bodies == body, axis=1) & constraint.slots_make_rows(model))
     if slots.size == 0:
         return jnp.zeros(model.nv, model.dtype)
-    pos = data.contact.pos[slots]
-    jac1, _ = smooth.point_jacobian(model, data, bodies[slots, 0], pos)
-    jac2, _ = smooth.point_jacobian(model, data, bodies[slots, 1], pos)
-    normal_jac = jnp.einsum("ki,kin->kn", data.contact.frame[slots, 0], jac2 - jac1)
     weight = jnp.where(data.contact.mask[slots], 1.0, 0.0).astype(model.dtype)
-    count = jnp.sum(weight)
-    return -(weight @ normal_jac) / jnp.maximum(count, 1.0)
+    return -(weight @ constraint.normal_jacobians(model, data, slots)) / jnp.maximum(jnp.sum(weight), 1.0)
 
 
 def _refsite_transmission(model: Model, data: Data, a: int):

@@ -349,6 +349,25 @@ def geom_body(model: Model, geom):
     return _take(np.asarray(model.topology.geom_bodyid, dtype=np.int64), geom)
 
 
+def normal_jacobians(model: Model, data: Data, slots: np.ndarray) -> Float[Array, "k nv"]:
+    """n^T (J_body2(p) - J_body1(p)) of the contacts in `slots` (static): their normal Jacobians."""
+    bodies = geom_body(model, model.constraints.contact_geom[slots])
+    pos = data.contact.pos[slots]
+    jac1, _ = point_jacobian(model, data, bodies[:, 0], pos)
+    jac2, _ = point_jacobian(model, data, bodies[:, 1], pos)
+    return jnp.einsum("ki,kin->kn", data.contact.frame[slots, 0], jac2 - jac1)
+
+
+def adhesion_force(model: Model, data: Data) -> Float[Array, " nv"]:
+    """qfrc_adhesion (mj_adhesion, MuJoCo 4): every contact with adhesion a, those in the gap too (not
+    those that move no dof), pulls its geoms together along its normal, -a n^T (J2 - J1)."""
+    slots = np.flatnonzero(slots_make_rows(model))
+    if slots.size == 0:
+        return jnp.zeros(model.nv, model.dtype)
+    pull = jnp.where(data.contact.mask[slots], data.contact.adhesion[slots], 0.0)
+    return -(pull @ normal_jacobians(model, data, slots))
+
+
 def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | np.ndarray:
     """The contact slot of each efc contact (types.ConstraintLayout): every slot in order, or with a
     capacity, per condim the occupied slots first, each group in order (`math.true_first`), as many
@@ -458,7 +477,7 @@ def _contact_rows(model: Model, data: Data, contacts: EfcContacts, dofs=None) ->
     return Rows(
         J=J, pos=jnp.where(normal, dist, 0.0), margin=jnp.where(normal, margin, 0.0), diag_approx=diag,
         solref=solref, solimp=con.solimp[c], imp_r=dist - margin,  # every row of a contact: the normal's r
-        stiff=normal, mask=con.mask[c] & (con.dist[c] < con.includemargin[c]) & _moves_a_dof(model, body)[c],
+        stiff=normal, mask=con.mask[c] & ((con.dist[c] < con.includemargin[c]) | (con.adhesion[c] != 0)) & _moves_a_dof(model, body)[c],
         frictionloss=jnp.zeros_like(dist), jdot_v=jnp.zeros_like(dist),
     )  # fmt: skip
 
@@ -616,7 +635,21 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
     if model.topology.has_surfacevel and layout.ncon:
         vel = vel.at[layout.ne + layout.nf + layout.nl :].add(_surface_velocity(model, data, contacts))
     aref = -b * vel - k * imp * r_ref - rows.jdot_v
+    if model.topology.has_adhesion and layout.ncon:
+        aref = aref.at[layout.ne + layout.nf + layout.nl :].add(R[layout.ne + layout.nf + layout.nl :] * _adhesion_share(model, contacts))
     return efc._replace(aref=jnp.where(mask, aref, 0.0))
+
+
+def _adhesion_share(model: Model, contacts: EfcContacts) -> Float[Array, " nefc_contact"]:
+    """mj_adhesionRef: a contact's adhesion on its normal row (elliptic, condim 1) or split evenly over
+    its pyramid's 2 (dim - 1) edges; aref gains R times it, so that the force-penetration curve under
+    compression does not depend on the adhesion."""
+    layout = model.constraints
+    c, k = layout.row_contact, layout.row_axis
+    adhesion = contacts.contact.adhesion[c]
+    if layout.cone == "elliptic":
+        return jnp.where(jnp.asarray(k == 0), adhesion, 0.0)
+    return adhesion / jnp.asarray(layout.contact_rows[c], adhesion.dtype)  # 1 row, or the pyramid's edges
 
 
 def _surface_velocity(model: Model, data: Data, contacts: EfcContacts) -> Float[Array, " nefc_contact"]:

@@ -30,11 +30,13 @@ def forward(model: Model, data: Data) -> Data:
     data = tendon.tendon(model, data)
     data = smooth.crb(model, data)
     data = smooth.com_vel(model, data)
+    if _contacts_first(model):  # adhesion (the contact force, the actuators' moments) needs the contacts
+        data = data.replace(contact=collide(model, data))
     data = passive.passive(model, data)
+    if model.topology.has_adhesion and model.constraints.ncon and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
+        data = data.replace(qfrc_passive=data.qfrc_passive + constraint.adhesion_force(model, data))
     data = smooth.rne(model, data)
     data = tendon.armature(model, data)
-    if actuation.body_transmissions(model) and model.constraints.ncon:  # adhesion's moment needs the contacts
-        data = data.replace(contact=collide(model, data))
     data = actuation.actuation(model, data)
     qfrc_smooth = (
         data.qfrc_passive - data.qfrc_bias + data.qfrc_applied + data.qfrc_actuator
@@ -45,6 +47,12 @@ def forward(model: Model, data: Data) -> Data:
     qacc_smooth = linalg.solve_spd(data.qM, qfrc_smooth) if trees is None else linalg.solve_spd_blocks(data.qM, qfrc_smooth, trees)
     data = data.replace(qfrc_smooth=qfrc_smooth, qacc_smooth=qacc_smooth)
     return sensor.sensors(model, _constraint_solve(model, data))
+
+
+def _contacts_first(model: Model) -> bool:
+    """Whether the contacts are found before the smooth forces (MuJoCo's order): contact adhesion and
+    adhesion actuators read them; otherwise collision waits until the constraint stage."""
+    return bool(model.constraints.ncon) and (model.topology.has_adhesion or actuation.body_transmissions(model))
 
 
 def _constraint_solve(model: Model, data: Data) -> Data:
@@ -58,7 +66,7 @@ def _constraint_solve(model: Model, data: Data) -> Data:
         )  # fmt: skip
     if model.opt.solver == "ncp":
         return _ncp_solve(model, data)
-    if layout.ncon and not actuation.body_transmissions(model):  # else collided before actuation
+    if layout.ncon and not _contacts_first(model):  # else collided before the passive forces
         data = data.replace(contact=collide(model, data))
     efc, sol = _newton(model, data)
     if model.opt.cfd is not None and layout.ncon:

@@ -261,6 +261,7 @@ def from_mujoco(
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
         has_surfacevel=bool(np.any(np.asarray(m.geom_surfacevel) != 0)),
+        has_adhesion=bool(np.any(np.asarray(m.geom_adhesion) != 0) or np.any(np.asarray(m.pair_adhesion) != 0)),
         has_polynomial_springs=bool(np.any(m.jnt_stiffnesspoly != 0) or np.any(m.tendon_stiffnesspoly != 0)),
         has_polynomial_dampers=bool(np.any(m.dof_dampingpoly != 0) or np.any(m.tendon_dampingpoly != 0)
                                     or np.any(m.actuator_dampingpoly != 0)),
@@ -355,6 +356,7 @@ def from_mujoco(
         geom_size=f(m.geom_size),
         geom_friction=f(m.geom_friction),
         geom_surfacevel=f(np.reshape(m.geom_surfacevel, (m.ngeom, 6))),
+        geom_adhesion=f(np.reshape(m.geom_adhesion, (m.ngeom,))),
         geom_solref=f(m.geom_solref),
         geom_solimp=f(m.geom_solimp),
         geom_margin=f(m.geom_margin),
@@ -373,6 +375,7 @@ def from_mujoco(
         pair_solimp=f(np.reshape(m.pair_solimp, (-1, 5))),
         pair_margin=f(m.pair_margin),
         pair_gap=f(m.pair_gap),
+        pair_adhesion=f(np.reshape(m.pair_adhesion, (m.npair,))),
         eq_obj1id=ints(np.asarray(m.eq_obj1id)[eq_ids]),
         eq_obj2id=ints(np.asarray(m.eq_obj2id)[eq_ids]),
         eq_data=f(np.reshape(m.eq_data, (-1, mujoco.mjNEQDATA))[eq_ids]),
@@ -497,6 +500,8 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
             f"moving contact surfaces (geom {_name(m, mujoco.mjtObj.mjOBJ_GEOM, g)!r}/surfacevel) with solver='ncp' "
             "(use solver='newton')"
         )
+    if "contact" not in disableflags and (np.any(np.asarray(m.geom_adhesion) != 0) or np.any(np.asarray(m.pair_adhesion) != 0)):
+        raise UnsupportedFeatureError("contact adhesion (geom/adhesion, pair/adhesion) with solver='ncp' (use solver='newton')")
     for a in np.nonzero(np.asarray(m.actuator_trntype) == int(mujoco.mjtTrn.mjTRN_BODY))[0]:
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, int(a))
         raise UnsupportedFeatureError(
@@ -557,18 +562,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)
         if np.any(m.jnt_springyield[j] != 0):
             unsupported(f"joint spring yield (joint {jname!r}/springyield)")
-
-    if "contact" not in disableflags:  # MuJoCo 4's contact adhesion changes every contact it touches
-        geom = mujoco.mjtObj.mjOBJ_GEOM
-        sticky = np.asarray(m.geom_adhesion).reshape(-1) != 0
-        if np.any(sticky):  # on a geom that takes part in some pair
-            paired = np.zeros(m.ngeom, bool)
-            for g1, g2, _ in _candidate_pairs(m, "filterparent" not in disableflags):
-                paired[[g1, g2]] = True
-            for g in np.nonzero(sticky & paired)[0][:1]:
-                unsupported(f"contact adhesion (geom {_name(m, geom, int(g))!r}/adhesion)")
-        for p in np.nonzero(np.asarray(m.pair_adhesion).reshape(-1) != 0)[0][:1]:
-            unsupported(f"contact adhesion (pair {_name(m, mujoco.mjtObj.mjOBJ_PAIR, int(p))!r}/adhesion)")
 
     _check_tendons(m, unsupported)
     _check_sensors(m, unsupported)
@@ -660,12 +653,12 @@ def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, i
 
     Explicit <pair>s first, then the filters of the Computation chapter's "Collision
     detection": contype/conaffinity, same (welded) body, both bodies without dofs (a mocap body
-    and the world: no force can act), parent-child, <exclude>, and bodies that already have an
-    explicit pair.
+    and the world: no force can act), parent-child, <exclude>, and geom pairs that are explicit
+    pairs already (only those: the bodies' other geom pairs collide as usual, as in MuJoCo 4).
     """
     pairs = [(int(m.pair_geom1[p]), int(m.pair_geom2[p]), p) for p in range(m.npair)]
     excluded = {int(s) for s in np.asarray(m.exclude_signature).reshape(-1)}
-    explicit = {int(s) for s in np.asarray(m.pair_signature).reshape(-1)}
+    explicit = {(min(g1, g2), max(g1, g2)) for g1, g2, _ in pairs}
     weld = np.asarray(m.body_weldid)
     parent = np.asarray(m.body_parentid)
     for g1 in range(m.ngeom):
@@ -679,8 +672,7 @@ def _candidate_pairs(m: mujoco.MjModel, filterparent: bool) -> list[tuple[int, i
             p1, p2 = int(weld[parent[w1]]), int(weld[parent[w2]])
             if filterparent and w1 != 0 and w2 != 0 and (w1 == p2 or w2 == p1):
                 continue
-            signature = (min(b1, b2) << 16) + max(b1, b2)
-            if signature in excluded or signature in explicit:
+            if ((min(b1, b2) << 16) + max(b1, b2)) in excluded or (g1, g2) in explicit:
                 continue
             pairs.append((g1, g2, -1))
     return pairs

@@ -149,6 +149,7 @@ class Topology:
     body_mocapid: tuple[int, ...] = ()  # -1, or the body's row in Data.mocap_pos / mocap_quat
     has_gravcomp: bool = False  # some body has gravcomp != 0 (passive.py)
     has_surfacevel: bool = False  # some geom has a surface velocity (constraint.py, contact rows' aref)
+    has_adhesion: bool = False  # some geom or pair has contact adhesion (passive force, contact rows' aref)
     has_polynomial_springs: bool = False  # some joint or tendon stiffness has higher-order terms (passive.py)
     has_polynomial_dampers: bool = False  # some joint, tendon or actuator damping has higher-order terms
     jnt_actgravcomp: tuple[bool, ...] = ()  # the joint's gravity compensation counts as actuation
@@ -553,6 +554,7 @@ class Model(eqx.Module):
     geom_size: Float[Array, "ngeom 3"]
     geom_friction: Float[Array, "ngeom 3"]
     geom_surfacevel: Float[Array, "ngeom 6"]  # MuJoCo 4's moving surfaces: linear, angular, geom frame
+    geom_adhesion: Float[Array, " ngeom"]  # MuJoCo 4's contact adhesion: a constant normal attraction
     geom_solref: Float[Array, "ngeom 2"]
     geom_solimp: Float[Array, "ngeom 5"]
     geom_margin: Float[Array, " ngeom"]
@@ -573,6 +575,7 @@ class Model(eqx.Module):
     pair_solimp: Float[Array, "npair 5"]
     pair_margin: Float[Array, " npair"]
     pair_gap: Float[Array, " npair"]
+    pair_adhesion: Float[Array, " npair"]
     geom_priority: tuple[int, ...] = eqx.field(static=True)
     # equality constraints
     eq_obj1id: tuple[int, ...] = eqx.field(static=True)
@@ -693,6 +696,7 @@ class Contact(eqx.Module):
     solref: Float[Array, "ncon 2"]
     solreffriction: Float[Array, "ncon 2"]
     solimp: Float[Array, "ncon 5"]
+    adhesion: Float[Array, " ncon"]  # the pair's contact adhesion (mixed as mj_contactParam)
     mask: Bool[Array, " ncon"]
     overflow: Bool[Array, ""]  # the broad phase found more candidate pairs than opt.max_geom_pairs
 
@@ -711,6 +715,7 @@ def empty_contact(ncon: int, dtype) -> Contact:
         solref=z(ncon, 2),
         solreffriction=z(ncon, 2),
         solimp=z(ncon, 5),
+        adhesion=z(ncon),
         mask=jnp.zeros((ncon,), bool),
         overflow=jnp.zeros((), bool),
     )

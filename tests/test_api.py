@@ -50,13 +50,13 @@ def test_malformed_xml_raises():
          "springyield"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
-        # MuJoCo 4's sleeping islands and contact adhesion are not simulated yet
+        # MuJoCo 4's sleeping islands, the noslip solver and contact parameter overrides are not simulated yet
         ("<mujoco><option><flag sleep='enable'/></option><worldbody><geom type='plane' size='1 1 .1'/>"
          "<body><freejoint/><geom size='.1'/></body></worldbody></mujoco>", r"sleeping islands \(option/flag sleep\)"),
-        ("<mujoco><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom name='tape' size='.1' adhesion='2'/></body>"
-         "</worldbody></mujoco>", r"contact adhesion \(geom 'tape'/adhesion\)"),
-        ("<mujoco><worldbody><geom name='f' type='plane' size='1 1 .1'/><body><freejoint/><geom name='b' size='.1'/></body></worldbody>"
-         "<contact><pair name='sticky' geom1='f' geom2='b' adhesion='1'/></contact></mujoco>", r"contact adhesion \(pair 'sticky'/adhesion\)"),
+        ("<mujoco><option noslip_iterations='3'/><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom size='.1'/></body>"
+         "</worldbody></mujoco>", r"noslip solver \(option/noslip_iterations\)"),
+        ("<mujoco><option><flag override='enable'/></option><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom size='.1'/></body>"
+         "</worldbody></mujoco>", r"contact parameter override \(option/flag override\)"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='callback' joint='j' gaintype='user'/></actuator></mujoco>", "actuator 'callback' gaintype mjGAIN_USER"),
     ],
@@ -72,7 +72,7 @@ def test_contact_free_when_disabled_or_filtered():
                         "<body pos='1 0 0'><freejoint/><geom size='.1'/></body></worldbody></mujoco>")
     chain = jsn.load_mjcf("<mujoco><worldbody><body><joint/><geom size='.1'/><body><joint/><geom size='.1'/></body></body></worldbody></mujoco>")
     assert off.constraints.ncon == 0 and chain.constraints.ncon == 0
-    # contact adhesion on geoms that never collide changes nothing
+    # contact extras (surface velocity, adhesion) on geoms that never collide change nothing
     quiet = jsn.load_mjcf("<mujoco><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom size='.1'/>"
                           "<geom size='.05' contype='0' conaffinity='0' surfacevel='1 0 0 0 0 0' adhesion='2'/></body></worldbody></mujoco>")
     assert quiet.constraints.ncon == 1

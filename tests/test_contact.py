@@ -18,6 +18,7 @@ from conftest import OPTIMIZED
 
 import jaxsim_ncp as jsn
 from jaxsim_ncp.solver import island
+from test_gradients import check_directional
 
 HUMANOID = pathlib.Path(mujoco.__file__).parent / "mjx" / "test_data" / "humanoid" / "humanoid.xml"
 
@@ -283,4 +284,43 @@ def test_moving_surfaces_match_mujoco(cone):
         np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
     assert abs(d.qvel[0] - 0.5) < 1e-3 and d.qvel[17] > 1.0  # on the belt's speed; spun by the turntable
     with pytest.raises(jsn.UnsupportedFeatureError, match="surfacevel.*solver='ncp'"):
+        jsn.from_mujoco(m, solver="ncp")
+
+
+CONTACT_ADHESION = """<mujoco><option cone="{cone}" timestep="0.002"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 .1"/>
+    <geom name="ceiling" type="box" size="0.5 0.5 0.02" pos="0 0 0.6" adhesion="3" priority="1"/>
+    <body pos="0 0 0.55"><freejoint/><geom type="box" size="0.05 0.04 0.03" adhesion="2" mass="0.2" condim="4"/></body>
+    <body pos="0.3 0 0.04"><freejoint/><geom size="0.04" adhesion="1.5" condim="1"/></body>
+    <body pos="-0.3 0 0.05"><freejoint/><geom name="pill" type="capsule" size="0.03 0.05" euler="0 90 0" adhesion="0.5" gap="0.01"/></body>
+    <body pos="0.6 0.2 0.2"><freejoint/><geom name="ball" size="0.05" mass="0.5"/></body>
+  </worldbody>
+  <contact><pair geom1="floor" geom2="pill" adhesion="4"/><pair geom1="ceiling" geom2="ball" adhesion="4"/></contact>
+</mujoco>"""
+
+
+@pytest.mark.parametrize("cone", ["pyramidal", "elliptic"])
+def test_contact_adhesion_matches_mujoco(cone):
+    """MuJoCo 4's contact `adhesion`: a passive pull -a n^T (J2 - J1) per contact, the contacts in the
+    gap too (they get constraint rows), and aref raised by R a on the normal row or a / (2 (dim - 1))
+    per pyramid edge. Mixed as MuJoCo: the geoms' sum, the higher priority's, an explicit pair's own
+    (which replaces only its own geom pair: the ball's floor contact stays). 300 steps against MuJoCo."""
+    m = mujoco.MjModel.from_xml_string(CONTACT_ADHESION.format(cone=cone))
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos))
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.zeros((300, 0)))
+    mixed = set()
+    for t in range(300):
+        mujoco.mj_step(m, d)
+        mixed |= {float(c.adhesion) for c in d.contact[: d.ncon]}
+        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    assert mixed == {0.0, 1.5, 2.0, 3.0, 4.0}
+    if cone == "pyramidal":
+        weights = jnp.asarray(np.random.default_rng(0).normal(size=m.nv))
+        at = data.replace(qpos=traj.qpos[150], qvel=traj.qvel[150])
+        check_directional(lambda v: weights @ jsn.step(model, at.replace(qvel=v)).qvel, at.qvel, np.random.default_rng(1))
+    with pytest.raises(jsn.UnsupportedFeatureError, match="adhesion.*solver='ncp'"):
         jsn.from_mujoco(m, solver="ncp")

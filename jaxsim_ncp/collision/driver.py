@@ -48,7 +48,8 @@ _MINMU = 1e-5  # mjMINMU: contact friction is clamped below by this
 
 
 def _geom_params(model: Model, g1: np.ndarray, g2: np.ndarray):
-    """Mixed (friction[5], solref, solimp, margin, gap) of default geom pairs (mj_contactParam)."""
+    """Mixed (friction[5], solref, solreffriction, solimp, margin, gap, adhesion) of default geom
+    pairs (mj_contactParam; adhesion: the sum, or the higher priority's)."""
     prio = np.asarray(model.geom_priority)
     p1, p2 = prio[g1], prio[g2]
     first = jnp.asarray((p1 > p2)[:, None])
@@ -72,7 +73,9 @@ def _geom_params(model: Model, g1: np.ndarray, g2: np.ndarray):
     solimp = pick(i1, i2, mix * i1 + (1 - mix) * i2)
     margin = model.geom_margin[g1] + model.geom_margin[g2]
     gap = model.geom_gap[g1] + model.geom_gap[g2]
-    return friction, solref, jnp.zeros_like(solref), solimp, margin, gap
+    a1, a2 = model.geom_adhesion[g1], model.geom_adhesion[g2]
+    adhesion = pick(a1[:, None], a2[:, None], (a1 + a2)[:, None])[:, 0]
+    return friction, solref, jnp.zeros_like(solref), solimp, margin, gap, adhesion
 
 
 def _group_params(model: Model, group: PairGroup):
@@ -90,6 +93,7 @@ def _group_params(model: Model, group: PairGroup):
         model.pair_solimp[p],
         model.pair_margin[p],
         model.pair_gap[p],
+        model.pair_adhesion[p],
     )
     return tuple(
         jnp.where(explicit.reshape((-1,) + (1,) * (a.ndim - 1)), b, a) for a, b in zip(params, pair)
@@ -123,7 +127,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_r
         if model.opt.collision_smoothing > 0 and group.types in primitives.SMOOTHED:
             fn = functools.partial(fn, smoothing=model.opt.collision_smoothing)
         g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
-        friction, solref, solreffriction, solimp, margin, gap = _group_params(model, group)
+        friction, solref, solreffriction, solimp, margin, gap, adhesion = _group_params(model, group)
         reach = margin + gap if lookahead is None else margin + gap + lookahead[g1] + lookahead[g2]
         if pair_reach is not None:
             reach = reach + jnp.asarray(pair_reach[g1, g2], reach.dtype)
@@ -145,6 +149,7 @@ def collide(model: Model, data: Data, lookahead: jax.Array | None = None, pair_r
                 solref=rep(solref),
                 solreffriction=rep(solreffriction),
                 solimp=rep(solimp),
+                adhesion=rep(adhesion),
                 mask=mask,
             )
         )
