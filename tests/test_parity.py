@@ -260,8 +260,8 @@ def test_implicit_integrator_matches_mujoco_and_finite_differences():
     terms (actuator kv, dof and tendon damping) plus -d qfrc_bias/d qvel (Coriolis, centrifugal,
     gyroscopic; a chain with a ball joint, two spinning free bodies) and the fluid derivative
     unsymmetrized (the ellipsoid model in water). 100 steps against MuJoCo; finite differences of a step.
-    Without the bias term the trajectories differ by 1.6 (relative qvel), with the fluid term
-    symmetrized by 2e-2; here they agree to 1e-10."""
+    Without the bias term the trajectories differ by 1.6 (relative qvel; this scene without its fluid),
+    with the fluid term symmetrized by 2e-2; here they agree to 1e-10."""
     m = mujoco.MjModel.from_xml_string(IMPLICIT_SCENE)
     d = mujoco.MjData(m)
     d.qvel[:] = 3 * np.random.default_rng(0).normal(size=m.nv)
