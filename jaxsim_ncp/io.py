@@ -183,6 +183,11 @@ def from_mujoco(
         density=f(m.opt.density),
         viscosity=f(m.opt.viscosity),
         wind=f(m.opt.wind),
+        o_margin=f(m.opt.o_margin),
+        o_solref=f(m.opt.o_solref),
+        o_solimp=f(m.opt.o_solimp),
+        o_friction=f(m.opt.o_friction),
+        override=bool(int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE)),
         fluid=bool(m.opt.density != 0 or m.opt.viscosity != 0),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),
@@ -543,8 +548,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(what)
     if int(m.opt.noslip_iterations) > 0:
         unsupported("the noslip solver (option/noslip_iterations)")
-    if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE):
-        unsupported("contact parameter override (option/flag override)")
     for i in range(m.neq):
         ename = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, i)
         etype = int(m.eq_type[i])
@@ -716,7 +719,10 @@ def _mesh_hulls(m: mujoco.MjModel, layout: ConstraintLayout):
 
 
 def _pair_margin_gap(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> float:
-    """margin + gap of a candidate pair: the <pair>'s own, else the sum of its geoms'."""
+    """margin + gap of a candidate pair: the <pair>'s own, else the sum of its geoms' (the margin
+    option/o_margin instead under <flag override="enable"/>)."""
+    if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE):
+        return float(m.opt.o_margin + (m.pair_gap[pair_id] if pair_id >= 0 else m.geom_gap[g1] + m.geom_gap[g2]))
     if pair_id >= 0:
         return float(m.pair_margin[pair_id] + m.pair_gap[pair_id])
     return float(m.geom_margin[g1] + m.geom_margin[g2] + m.geom_gap[g1] + m.geom_gap[g2])

@@ -472,6 +472,12 @@ class Option(eqx.Module):
     density: Float[Array, ""]  # of the medium (fluid.py)
     viscosity: Float[Array, ""]
     wind: Float[Array, "3"]
+    # <flag override="enable"/>: every contact's margin, solref (and solreffriction), solimp and friction
+    o_margin: Float[Array, ""] | None = None
+    o_solref: Float[Array, "2"] | None = None
+    o_solimp: Float[Array, "5"] | None = None
+    o_friction: Float[Array, "5"] | None = None
+    override: bool = eqx.field(static=True, default=False)
     integrator: str = eqx.field(static=True, default="euler")
     solver: str = eqx.field(static=True, default="newton")
     iterations: int = eqx.field(static=True, default=100)

@@ -324,3 +324,26 @@ def test_contact_adhesion_matches_mujoco(cone):
         check_directional(lambda v: weights @ jsn.step(model, at.replace(qvel=v)).qvel, at.qvel, np.random.default_rng(1))
     with pytest.raises(jsn.UnsupportedFeatureError, match="adhesion.*solver='ncp'"):
         jsn.from_mujoco(m, solver="ncp")
+
+
+def test_contact_parameter_override_matches_mujoco():
+    """<flag override="enable"/>: every contact takes option/o_margin, o_solref (also as solreffriction),
+    o_solimp and o_friction instead of its geoms' or pair's (mj_assign*); the gap stays the geoms'.
+    300 steps against MuJoCo (ignoring the flag: 7.9 off)."""
+    xml = """<mujoco><option timestep="0.002" o_margin="0.004" o_solref="0.03 0.8" o_solimp="0.8 0.9 0.002 0.4 3"
+        o_friction="0.3 0.3 0.01 0.002 0.002" cone="elliptic"><flag override="enable"/></option>
+      <worldbody><geom type="plane" size="2 2 .1" euler="3 0 0" friction="1 0.1 0.1" solref="0.01 1"/>
+        <body pos="0 0 0.1"><freejoint/><geom type="box" size="0.05 0.04 0.03" margin="0.01" condim="4"/></body>
+        <body pos="0.3 0 0.1"><freejoint/><geom size="0.04" condim="6" solimp="0.5 0.6 0.01"/></body>
+        <body pos="-0.3 0 0.1"><freejoint/><geom name="pill" type="capsule" size="0.03 0.05" euler="0 90 0" gap="0.005"/></body>
+        <body pos="-0.3 0 0.25"><freejoint/><geom name="pill2" type="capsule" size="0.03 0.05"/></body>
+      </worldbody><contact><pair geom1="pill" geom2="pill2" margin="0.02"/></contact></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    _, traj = jax.jit(jsn.rollout)(model, jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos)), jnp.zeros((300, 0)))
+    for t in range(300):
+        mujoco.mj_step(m, d)
+        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    assert d.ncon >= 6 and all(c.includemargin == 0.004 for c in d.contact[: d.ncon])

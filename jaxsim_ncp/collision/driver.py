@@ -79,6 +79,19 @@ def _geom_params(model: Model, g1: np.ndarray, g2: np.ndarray):
 
 
 def _group_params(model: Model, group: PairGroup):
+    params = _explicit_params(model, group)
+    opt = model.opt
+    if not opt.override:
+        return params
+    # <flag override="enable"/> (mj_assignFriction/Ref/Imp/Margin): the option's values for every contact
+    friction, solref, solreffriction, solimp, margin, gap, adhesion = params
+    n = len(group.geom1)
+    tile = lambda v: jnp.broadcast_to(v, (n,) + jnp.shape(v))  # noqa: E731
+    return tile(opt.o_friction), tile(opt.o_solref), tile(opt.o_solref), tile(opt.o_solimp), tile(opt.o_margin), gap, adhesion
+
+
+def _explicit_params(model: Model, group: PairGroup):
+    """The group's contact parameters: its geoms' mixed, an explicit <pair>'s own."""
     g1, g2 = np.asarray(group.geom1), np.asarray(group.geom2)
     pid = np.asarray(group.pair_id)
     params = _geom_params(model, g1, g2)
