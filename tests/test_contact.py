@@ -257,6 +257,23 @@ def test_margin_and_gap_follow_mujoco():
             np.testing.assert_allclose(float(out.contact.includemargin[0]), d.contact[0].includemargin)
 
 
+def _follows_mujoco(xml: str, steps: int = 300, on_step=None):
+    """A rollout from the model's initial state against MuJoCo's, qpos and qvel to 1e-10 at every step;
+    returns MuJoCo's (model, final data) and ours. on_step(d): called with MuJoCo's data after each step."""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos))
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.zeros((steps, 0)))
+    for t in range(steps):
+        mujoco.mj_step(m, d)
+        if on_step is not None:
+            on_step(d)
+        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    return m, d, model, data, traj
+
+
 SURFACE_VELOCITY = """<mujoco><option cone="{cone}" timestep="0.002"/>
   <worldbody>
     <geom name="belt" type="box" size="1 0.3 0.05" pos="0 0 -0.05" euler="0 2 0" surfacevel="0.5 0.1 0 0 0 0"/>
@@ -274,14 +291,7 @@ def test_moving_surfaces_match_mujoco(cone):
     contact, and the torsional row of condim 4), a box with its own belt on the turntable (the
     geom-1 and geom-2 sides). 300 steps against MuJoCo; the carried bodies reach the belt's speed
     and the turntable's spin."""
-    m = mujoco.MjModel.from_xml_string(SURFACE_VELOCITY.format(cone=cone))
-    d = mujoco.MjData(m)
-    model = jsn.from_mujoco(m)
-    _, traj = jax.jit(jsn.rollout)(model, jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos)), jnp.zeros((300, 0)))
-    for t in range(300):
-        mujoco.mj_step(m, d)
-        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    m, d, *_ = _follows_mujoco(SURFACE_VELOCITY.format(cone=cone))
     assert abs(d.qvel[0] - 0.5) < 1e-3 and d.qvel[17] > 1.0  # on the belt's speed; spun by the turntable
     with pytest.raises(jsn.UnsupportedFeatureError, match="surfacevel.*solver='ncp'"):
         jsn.from_mujoco(m, solver="ncp")
@@ -306,17 +316,8 @@ def test_contact_adhesion_matches_mujoco(cone):
     gap too (they get constraint rows), and aref raised by R a on the normal row or a / (2 (dim - 1))
     per pyramid edge. Mixed as MuJoCo: the geoms' sum, the higher priority's, an explicit pair's own
     (which replaces only its own geom pair: the ball's floor contact stays). 300 steps against MuJoCo."""
-    m = mujoco.MjModel.from_xml_string(CONTACT_ADHESION.format(cone=cone))
-    d = mujoco.MjData(m)
-    model = jsn.from_mujoco(m)
-    data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos))
-    _, traj = jax.jit(jsn.rollout)(model, data, jnp.zeros((300, 0)))
     mixed = set()
-    for t in range(300):
-        mujoco.mj_step(m, d)
-        mixed |= {float(c.adhesion) for c in d.contact[: d.ncon]}
-        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    m, _, model, data, traj = _follows_mujoco(CONTACT_ADHESION.format(cone=cone), on_step=lambda d: mixed.update(float(c.adhesion) for c in d.contact[: d.ncon]))
     assert mixed == {0.0, 1.5, 2.0, 3.0, 4.0}
     if cone == "pyramidal":
         weights = jnp.asarray(np.random.default_rng(0).normal(size=m.nv))
@@ -338,12 +339,5 @@ def test_contact_parameter_override_matches_mujoco():
         <body pos="-0.3 0 0.1"><freejoint/><geom name="pill" type="capsule" size="0.03 0.05" euler="0 90 0" gap="0.005"/></body>
         <body pos="-0.3 0 0.25"><freejoint/><geom name="pill2" type="capsule" size="0.03 0.05"/></body>
       </worldbody><contact><pair geom1="pill" geom2="pill2" margin="0.02"/></contact></mujoco>"""
-    m = mujoco.MjModel.from_xml_string(xml)
-    d = mujoco.MjData(m)
-    model = jsn.from_mujoco(m)
-    _, traj = jax.jit(jsn.rollout)(model, jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos)), jnp.zeros((300, 0)))
-    for t in range(300):
-        mujoco.mj_step(m, d)
-        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(traj.qvel[t], d.qvel, rtol=0, atol=1e-10)
+    _, d, *_ = _follows_mujoco(xml)
     assert d.ncon >= 6 and all(c.includemargin == 0.004 for c in d.contact[: d.ncon])
