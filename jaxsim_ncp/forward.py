@@ -33,8 +33,6 @@ def forward(model: Model, data: Data) -> Data:
     if _contacts_first(model):  # adhesion (the contact force, the actuators' moments) needs the contacts
         data = data.replace(contact=collide(model, data))
     data = passive.passive(model, data)
-    if model.topology.has_adhesion and model.constraints.ncon and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
-        data = data.replace(qfrc_passive=data.qfrc_passive + constraint.adhesion_force(model, data))
     data = smooth.rne(model, data)
     data = tendon.armature(model, data)
     data = actuation.actuation(model, data)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import fluid, math, smooth
+from . import constraint, fluid, math, smooth
 from .types import Data, JointType, Model
 
 
@@ -106,7 +106,7 @@ def tendon_force(model: Model, data: Data):
 
 
 def passive(model: Model, data: Data) -> Data:
-    """qfrc_passive = spring + damper (+ gravcomp, fluid) forces (flags "spring" and "damper" disable
+    """qfrc_passive = spring + damper (+ gravcomp, fluid, contact adhesion) forces (flags "spring" and "damper" disable
     each; the fluid only when both are set, as mj_passive)."""
     qfrc = jnp.zeros(model.nv, model.dtype)
     if not model.opt.disabled("spring"):
@@ -120,6 +120,8 @@ def passive(model: Model, data: Data) -> Data:
         qfrc = qfrc + jnp.where(to_actuators, 0.0, gravcomp(model, data))
     if fluid.enabled(model):
         qfrc = qfrc + fluid.fluid_force(model, data)
+    if model.topology.has_adhesion and model.constraints.ncon and not (model.opt.disabled("spring") and model.opt.disabled("damper")):
+        qfrc = qfrc + constraint.adhesion_force(model, data)  # data.contact: found first (forward)
     return data.replace(qfrc_passive=qfrc)
 
 
