@@ -389,6 +389,20 @@ def efc_slots(model: Model, contact: Contact) -> Int[Array, " nefc_contact"] | n
     return jnp.concatenate(picks)
 
 
+def mujoco_contact_rank(model: Model) -> np.ndarray:
+    """Each contact slot's place in MuJoCo's contact order (mj_collision): body pairs by signature
+    (lower body id first), a pair's explicit <pair>s before its geom pairs, geoms by id, then
+    the collision function's own order. (Bodies with several geoms go through MuJoCo's midphase,
+    whose order this approximates by geom id.)"""
+    layout = model.constraints
+    geom = layout.contact_geom
+    body = np.sort(geom_body(model, geom), axis=1)
+    explicit = np.concatenate([np.zeros(0, bool)] + [np.repeat(np.asarray(g.pair_id) >= 0, g.n_slots) for g in layout.groups])
+    slot = np.arange(len(geom))
+    order = np.lexsort((slot, geom.max(1), geom.min(1), ~explicit, body[:, 1], body[:, 0]))
+    return np.argsort(order)
+
+
 class EfcContacts(NamedTuple):
     """The efc contacts of a step: their slots, geom ids (static where the slots are) and contact data."""
 

@@ -17,7 +17,7 @@ from . import cfd as cfd_lib
 from .collision import collide
 from .collision.primitives import CAPSULE, PLANE
 from .integrate import adaptive, fixed
-from .solver import implicit, ncp, newton
+from .solver import implicit, ncp, newton, noslip
 from .types import Data, Model, WarningKind
 
 
@@ -96,6 +96,10 @@ def _newton(model: Model, data: Data, cfd=None) -> tuple[constraint.Efc, newton.
     efc = constraint.make_efc(model, data, cfd, contacts)
     sol = newton.solve(model, data.qM, data.qfrc_smooth, data.qacc_smooth, data.qacc_warmstart, efc,
                        contacts.contact.friction, contacts.geom)  # fmt: skip
+    if model.opt.noslip_iterations > 0:
+        qacc, force, qfrc = noslip.solve(model, data.qM, data.qacc_smooth, efc, sol.efc_force, contacts.contact.friction,
+                                         contacts.slots, contacts.geom)  # fmt: skip
+        sol = sol._replace(qacc=qacc, efc_force=force, qfrc_constraint=qfrc)
     return efc, sol
 
 

@@ -193,6 +193,8 @@ def from_mujoco(
         ls_tolerance=float(m.opt.ls_tolerance),
         ccd_tolerance=float(m.opt.ccd_tolerance),
         ccd_iterations=int(m.opt.ccd_iterations),
+        noslip_iterations=int(m.opt.noslip_iterations),
+        noslip_tolerance=float(m.opt.noslip_tolerance),
         integrator=integrator,
         solver=solver,
         iterations=int(m.opt.iterations if iterations is None else iterations),
@@ -492,6 +494,11 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
         )
     if grad_mode != "implicit":
         raise UnsupportedFeatureError("solver='ncp' differentiates implicitly only (grad_mode='implicit')")
+    if int(m.opt.noslip_iterations) > 0:
+        raise UnsupportedFeatureError(
+            "option/noslip_iterations with solver='ncp': noslip post-processes MuJoCo's soft contacts; the NCP's "
+            "friction cones are hard already (set noslip_iterations=0, or use solver='newton')"
+        )
     if "frictionloss" not in disableflags and np.any(m.dof_frictionloss > 0):
         d = int(np.nonzero(m.dof_frictionloss > 0)[0][0])
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, int(m.dof_jntid[d]))
@@ -546,8 +553,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     for attr, what in counts.items():
         if int(getattr(m, attr, 0)) > 0:
             unsupported(what)
-    if int(m.opt.noslip_iterations) > 0:
-        unsupported("the noslip solver (option/noslip_iterations)")
     for i in range(m.neq):
         ename = _name(m, mujoco.mjtObj.mjOBJ_EQUALITY, i)
         etype = int(m.eq_type[i])

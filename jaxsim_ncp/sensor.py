@@ -370,23 +370,9 @@ def _contact_matches(model: Model, type1: int, id1: int, type2: int, id2: int):
     return match, flip
 
 
-def _mujoco_contact_rank(model: Model) -> np.ndarray:
-    """Each contact slot's place in MuJoCo's contact order (mj_collision): body pairs by signature
-    (lower body id first), a pair's explicit <pair>s before its geom pairs, geoms by id, then
-    the collision function's own order. (Bodies with several geoms go through MuJoCo's midphase,
-    whose order this approximates by geom id.)"""
-    layout = model.constraints
-    geom = layout.contact_geom
-    body = np.sort(constraint.geom_body(model, geom), axis=1)
-    explicit = np.concatenate([np.zeros(0, bool)] + [np.repeat(np.asarray(g.pair_id) >= 0, g.n_slots) for g in layout.groups])
-    slot = np.arange(len(geom))
-    order = np.lexsort((slot, geom.max(1), geom.min(1), ~explicit, body[:, 1], body[:, 0]))
-    return np.argsort(order)
-
-
 def _contact_sensor(model: Model, data: Data, shared: _Shared, i: int):
     """A contact sensor (mjSENS_CONTACT): the contacts involving its objects, reduced to `num` slots
-    (none: in MuJoCo's contact order, `_mujoco_contact_rank`; mindist: the deepest first; maxforce:
+    (none: in MuJoCo's contact order, `constraint.mujoco_contact_rank`; mindist: the deepest first; maxforce:
     the largest force first; netforce: one synthetic contact at the force-weighted centroid, in the
     world frame), each reporting the fields of its data bits. A flipped contact (the sensor's first object is the contact's second) reports
     its normal and tangent negated and the force, torque and velocities with their third component
@@ -422,7 +408,7 @@ def _contact_sensor(model: Model, data: Data, shared: _Shared, i: int):
         slot = jnp.where(found > 0, slot, 0.0)  # no match: an empty slot (MuJoCo 4)
         return jnp.concatenate([slot, jnp.zeros((num - 1) * slot.shape[0], dtype)])
 
-    rank = jnp.asarray(_mujoco_contact_rank(model), dtype)
+    rank = jnp.asarray(constraint.mujoco_contact_rank(model), dtype)
     criterion = {_REDUCE_MINDIST: con.dist, _REDUCE_MAXFORCE: -jnp.sum(wrench[:, :3] ** 2, -1)}.get(reduce, rank)
     order = jnp.lexsort((rank, jnp.where(valid, criterion, jnp.inf)))[:num]  # ties: MuJoCo's contact order
     filled = (jnp.arange(len(order)) < found)[:, None]

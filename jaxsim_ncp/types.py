@@ -505,6 +505,8 @@ class Option(eqx.Module):
     fluid: bool = eqx.field(static=True, default=False)  # density or viscosity nonzero in the MJCF: fluid forces on
     ccd_tolerance: float = eqx.field(static=True, default=1e-6)  # MuJoCo's GJK/EPA stop (collision/ccd.py)
     ccd_iterations: int = eqx.field(static=True, default=35)
+    noslip_iterations: int = eqx.field(static=True, default=0)  # MuJoCo's noslip post-processor (solver/noslip.py); 0: off
+    noslip_tolerance: float = eqx.field(static=True, default=1e-6)
 
     def disabled(self, flag: str) -> bool:
         """True when MuJoCo's disable flag `flag` (e.g. "gravity", "eulerdamp") is set."""
