@@ -50,11 +50,9 @@ def test_malformed_xml_raises():
          "springyield"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
-        # MuJoCo 4's sleeping islands and the noslip solver are not simulated yet
+        # MuJoCo 4's sleeping islands are not simulated yet
         ("<mujoco><option><flag sleep='enable'/></option><worldbody><geom type='plane' size='1 1 .1'/>"
          "<body><freejoint/><geom size='.1'/></body></worldbody></mujoco>", r"sleeping islands \(option/flag sleep\)"),
-        ("<mujoco><option noslip_iterations='3'/><worldbody><geom type='plane' size='1 1 .1'/><body><freejoint/><geom size='.1'/></body>"
-         "</worldbody></mujoco>", r"noslip solver \(option/noslip_iterations\)"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='callback' joint='j' gaintype='user'/></actuator></mujoco>", "actuator 'callback' gaintype mjGAIN_USER"),
     ],

@@ -190,6 +190,8 @@ def test_ncp_rejects_what_it_does_not_model():
         jsn.load_mjcf(DROP, solver="ncp", kappa=1e-6, kappa_grad=1e-8)
     with pytest.raises(jsn.UnsupportedFeatureError, match="implicit"):
         jsn.load_mjcf(DROP, solver="ncp", grad_mode="unroll")
+    with pytest.raises(jsn.UnsupportedFeatureError, match="noslip_iterations"):
+        jsn.load_mjcf(DROP.replace("<worldbody>", '<option noslip_iterations="3"/><worldbody>', 1), solver="ncp")
 
 
 def test_a_deep_penetration_is_undone_at_the_recovery_speed():
