@@ -58,11 +58,12 @@ def blocks(model: Model) -> Blocks:
     for c, (dim, row) in enumerate(zip(layout.efc_contact_dim, layout.contact_row_start)):
         if dim == 1:
             continue
-        if elliptic:
+        if elliptic:  # one block: the friction rows after the normal
             kind.append({3: _ELLIPTIC2, 4: _ELLIPTIC3, 6: _ELLIPTIC5}[int(dim)]), start.append(row)
             contact.append(c), sub.append(0)
-        for m in range(0 if elliptic else int(dim) - 1):
-            kind.append(_PAIR), start.append(row + 2 * m), contact.append(c), sub.append(m)
+        else:  # one block per pair of opposing edges
+            for m in range(int(dim) - 1):
+                kind.append(_PAIR), start.append(row + 2 * m), contact.append(c), sub.append(m)
     return Blocks(*(np.asarray(x, np.int64) for x in (kind, start, contact, sub)))
 
 
@@ -188,10 +189,15 @@ def solve(
     contact_geom: Int[Array, "nefc_contact 2"] | np.ndarray,
 ) -> tuple[Float[Array, " nv"], Float[Array, " nefc"], Float[Array, " nv"]]:
     """Noslip sweeps from the Newton solution's forces: (qacc, efc_force, qfrc_constraint)."""
+    if len(blocks(model).kind):  # else no friction dimension to sweep
+        force = _sweeps(model, M, qacc_smooth, efc, force, friction, slots, contact_geom)
+    qfrc_constraint = constraint.apply_transpose(efc, force)
+    return qacc_smooth + linalg.solve_spd(M, qfrc_constraint), force, qfrc_constraint  # dualFinish
+
+
+def _sweeps(model: Model, M, qacc_smooth, efc: Efc, force, friction, slots, contact_geom) -> Float[Array, " nefc"]:
     opt = model.opt
     blk = blocks(model)
-    if len(blk.kind) == 0:  # no friction dimension to sweep (dualFinish's qacc is Newton's)
-        return qacc_smooth + linalg.solve_spd(M, constraint.apply_transpose(efc, force)), force, constraint.apply_transpose(efc, force)
     kinds = sorted(set(blk.kind.tolist()))  # only the updates this model has are compiled
     updates = [_UPDATES[k] for k in kinds]
     nefc = force.shape[0]
@@ -232,6 +238,4 @@ def solve(
         f, improvement, _ = jax.lax.fori_loop(0, len(blk.kind), block, (f, improvement, done))
         return f, done | (improvement * scale < opt.noslip_tolerance)
 
-    force, _ = jax.lax.fori_loop(0, opt.noslip_iterations, sweep, (force, jnp.zeros(isl.count, bool)))
-    qfrc_constraint = constraint.apply_transpose(efc, force)
-    return qacc_smooth + linalg.solve_spd(M, qfrc_constraint), force, qfrc_constraint
+    return jax.lax.fori_loop(0, opt.noslip_iterations, sweep, (force, jnp.zeros(isl.count, bool)))[0]
