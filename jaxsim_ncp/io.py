@@ -187,7 +187,7 @@ def from_mujoco(
         o_solref=f(m.opt.o_solref),
         o_solimp=f(m.opt.o_solimp),
         o_friction=f(m.opt.o_friction),
-        override=bool(int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE)),
+        override=_override(m),
         fluid=bool(m.opt.density != 0 or m.opt.viscosity != 0),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),
@@ -268,7 +268,7 @@ def from_mujoco(
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
         has_surfacevel=bool(np.any(np.asarray(m.geom_surfacevel) != 0)),
-        has_adhesion=bool(np.any(np.asarray(m.geom_adhesion) != 0) or np.any(np.asarray(m.pair_adhesion) != 0)),
+        has_adhesion=_has_adhesion(m),
         has_polynomial_springs=bool(np.any(m.jnt_stiffnesspoly != 0) or np.any(m.tendon_stiffnesspoly != 0)),
         has_polynomial_dampers=bool(np.any(m.dof_dampingpoly != 0) or np.any(m.tendon_dampingpoly != 0)
                                     or np.any(m.actuator_dampingpoly != 0)),
@@ -481,6 +481,16 @@ def _check_mass_matrix(m: mujoco.MjModel) -> None:
 # ------------------------------------------------------------------ feature checks
 
 
+def _has_adhesion(m: mujoco.MjModel) -> bool:
+    """Some geom or pair has MuJoCo 4's contact adhesion."""
+    return bool(np.any(np.asarray(m.geom_adhesion) != 0) or np.any(np.asarray(m.pair_adhesion) != 0))
+
+
+def _override(m: mujoco.MjModel) -> bool:
+    """<flag override="enable"/>: the option's contact parameters replace every contact's."""
+    return bool(int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE))
+
+
 def _name(m: mujoco.MjModel, objtype, i: int) -> str:
     return mujoco.mj_id2name(m, objtype, i) or f"#{i}"
 
@@ -512,7 +522,7 @@ def _check_ncp(m: mujoco.MjModel, integrator: str, grad_mode: str, disableflags:
             f"moving contact surfaces (geom {_name(m, mujoco.mjtObj.mjOBJ_GEOM, g)!r}/surfacevel) with solver='ncp' "
             "(use solver='newton')"
         )
-    if "contact" not in disableflags and (np.any(np.asarray(m.geom_adhesion) != 0) or np.any(np.asarray(m.pair_adhesion) != 0)):
+    if "contact" not in disableflags and _has_adhesion(m):
         raise UnsupportedFeatureError("contact adhesion (geom/adhesion, pair/adhesion) with solver='ncp' (use solver='newton')")
     for a in np.nonzero(np.asarray(m.actuator_trntype) == int(mujoco.mjtTrn.mjTRN_BODY))[0]:
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, int(a))
@@ -726,7 +736,7 @@ def _mesh_hulls(m: mujoco.MjModel, layout: ConstraintLayout):
 def _pair_margin_gap(m: mujoco.MjModel, g1: int, g2: int, pair_id: int) -> float:
     """margin + gap of a candidate pair: the <pair>'s own, else the sum of its geoms' (the margin
     option/o_margin instead under <flag override="enable"/>)."""
-    if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_OVERRIDE):
+    if _override(m):
         return float(m.opt.o_margin + (m.pair_gap[pair_id] if pair_id >= 0 else m.geom_gap[g1] + m.geom_gap[g2]))
     if pair_id >= 0:
         return float(m.pair_margin[pair_id] + m.pair_gap[pair_id])

@@ -189,25 +189,24 @@ def solve(
     contact_geom: Int[Array, "nefc_contact 2"] | np.ndarray,
 ) -> tuple[Float[Array, " nv"], Float[Array, " nefc"], Float[Array, " nv"]]:
     """Noslip sweeps from the Newton solution's forces: (qacc, efc_force, qfrc_constraint)."""
-    if len(blocks(model).kind):  # else no friction dimension to sweep
-        force = _sweeps(model, M, qacc_smooth, efc, force, friction, slots, contact_geom)
+    blk = blocks(model)
+    if len(blk.kind):  # else no friction dimension to sweep
+        force = _sweeps(model, blk, M, qacc_smooth, efc, force, friction, slots, contact_geom)
     qfrc_constraint = constraint.apply_transpose(efc, force)
     return qacc_smooth + linalg.solve_spd(M, qfrc_constraint), force, qfrc_constraint  # dualFinish
 
 
-def _sweeps(model: Model, M, qacc_smooth, efc: Efc, force, friction, slots, contact_geom) -> Float[Array, " nefc"]:
+def _sweeps(model: Model, blk: Blocks, M, qacc_smooth, efc: Efc, force, friction, slots, contact_geom) -> Float[Array, " nefc"]:
     opt = model.opt
-    blk = blocks(model)
     kinds = sorted(set(blk.kind.tolist()))  # only the updates this model has are compiled
     updates = [_UPDATES[k] for k in kinds]
     nefc = force.shape[0]
     J = constraint.dense_jacobian(efc) * efc.mask[:, None]
     A = J @ linalg.solve_spd(M, J.T)
-    # the rows within the block's reach: the last block may reach past the last row
-    pad = _WIDTH
-    A_pad = jnp.pad(A, ((0, pad), (0, pad)))
+    # padded by a block's width: the last block may reach past the last row
+    A_pad = jnp.pad(A, ((0, _WIDTH), (0, _WIDTH)))
     A_pad = A_pad.at[jnp.arange(nefc), jnp.arange(nefc)].set(jnp.maximum(1e-10, jnp.diagonal(A)))  # extractBlock's clamp
-    b = constraint.apply(efc, qacc_smooth) - efc.aref
+    b_pad = jnp.pad(constraint.apply(efc, qacc_smooth) - efc.aref, (0, _WIDTH))
     order = _sweep_order(model, blk, slots)
     branch = np.searchsorted(kinds, blk.kind)
     kind, branch, start = (jnp.asarray(x)[order] for x in (blk.kind, branch, blk.start))
@@ -217,25 +216,24 @@ def _sweeps(model: Model, M, qacc_smooth, efc: Efc, force, friction, slots, cont
     owner = isl.row
 
     def block(k, carry):
-        f, improvement, done = carry
+        f, improvement, done = carry  # f: the forces padded as A_pad
         s = start[k]
-        f_pad = jnp.pad(f, (0, pad))
-        fw = jax.lax.dynamic_slice(f_pad, (s,), (_WIDTH,))
+        fw = jax.lax.dynamic_slice(f, (s,), (_WIDTH,))
         Aw = jax.lax.dynamic_slice(A_pad, (s, s), (_WIDTH, _WIDTH))
         Aw = jnp.where(kind[k] == _DRY, Aw.at[0, 0].set(A[s, s]), Aw)  # ARdiaginv: unclamped (_dry floors it at mjMINVAL)
-        res = jax.lax.dynamic_slice(jnp.pad(b, (0, pad)), (s,), (_WIDTH,)) + jax.lax.dynamic_slice(
-            A_pad, (s, 0), (_WIDTH, nefc + pad)) @ f_pad  # fmt: skip
+        res = jax.lax.dynamic_slice(b_pad, (s,), (_WIDTH,)) + jax.lax.dynamic_slice(A_pad, (s, 0), (_WIDTH, nefc + _WIDTH)) @ f
         new, change = jax.lax.switch(branch[k], updates, fw, res, Aw, efc.frictionloss[s], mu[k])
         take = efc.mask[s] & ~jnp.append(done, True)[owner[s]]  # a row of no island: absent
-        f = jax.lax.dynamic_update_slice(f_pad, jnp.where(take, new, fw), (s,))[:nefc]
+        f = jax.lax.dynamic_update_slice(f, jnp.where(take, new, fw), (s,))
         return f, improvement.at[owner[s]].add(jnp.where(take, -change, 0.0), mode="drop"), done
 
     def sweep(i, carry):
         f, done = carry
         # iteration 0 counts the regularizer's cost the sweeps remove (mj_solNoSlip's correction)
-        start_cost = island.segment_sum(0.5 * jnp.where(efc.mask, f * f * efc.R, 0.0), owner, isl)
+        start_cost = island.segment_sum(0.5 * jnp.where(efc.mask, f[:nefc] ** 2 * efc.R, 0.0), owner, isl)
         improvement = jnp.where(i == 0, start_cost, 0.0)
         f, improvement, _ = jax.lax.fori_loop(0, len(blk.kind), block, (f, improvement, done))
         return f, done | (improvement * scale < opt.noslip_tolerance)
 
-    return jax.lax.fori_loop(0, opt.noslip_iterations, sweep, (force, jnp.zeros(isl.count, bool)))[0]
+    f = jnp.pad(force, (0, _WIDTH))
+    return jax.lax.fori_loop(0, opt.noslip_iterations, sweep, (f, jnp.zeros(isl.count, bool)))[0][:nefc]
