@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None, cpu_cores: bool | None = None) -> None:
     sim.add_argument("--steps", type=int, default=200)
     sim.add_argument("--ctrl", choices=("zero", "random"), default="random", help="controls: zero or smooth random")
     sim.add_argument("--video-worlds", type=int, default=4, help="worlds tiled in the video")
-    sim.add_argument("--solver", choices=("newton", "ncp"), default=None)
+    sim.add_argument("--solver", choices=("newton", "cg", "ncp"), default=None, help="default: the MJCF's option/solver")
     sim.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
 
     for name, text in (("sysid", "fit model parameters to recorded trajectories (configs/sysid_cube.toml)"),

@@ -47,6 +47,9 @@ _INTEGRATORS = {
     int(mujoco.mjtIntegrator.mjINT_IMPLICIT): "implicit",
 }
 _SUPPORTED_INTEGRATORS = ("euler", "implicitfast", "implicit", "rk4", "adaptive")
+# option/solver: MuJoCo's PGS (a dual method) is solved by the primal Newton method: the same optimum
+_SOLVERS = {int(mujoco.mjtSolver.mjSOL_NEWTON): "newton", int(mujoco.mjtSolver.mjSOL_CG): "cg",
+            int(mujoco.mjtSolver.mjSOL_PGS): "newton"}  # fmt: skip
 _CONE = {int(mujoco.mjtCone.mjCONE_PYRAMIDAL): "pyramidal", int(mujoco.mjtCone.mjCONE_ELLIPTIC): "elliptic"}
 _DISABLE_NAMES = {
     int(getattr(mujoco.mjtDisableBit, name)): name[len("mjDSBL_") :].lower()
@@ -79,7 +82,7 @@ def from_mujoco(
     *,
     timestep: float | None = None,
     integrator: str | None = None,
-    solver: str = "newton",
+    solver: str | None = None,
     iterations: int | None = None,
     ls_iterations: int | None = None,
     cone: str | None = None,
@@ -113,8 +116,10 @@ def from_mujoco(
     """
     if unknown:
         raise TypeError(f"unknown override {next(iter(unknown))!r}")
-    if solver not in ("newton", "ncp"):
-        raise ValueError(f"solver must be 'newton' or 'ncp', got {solver!r}")
+    if solver is None:
+        solver = _SOLVERS[int(m.opt.solver)]
+    if solver not in ("newton", "cg", "ncp"):
+        raise ValueError(f"solver must be 'newton', 'cg' or 'ncp', got {solver!r}")
     if integrator is None:
         integrator = _INTEGRATORS.get(int(m.opt.integrator))
         if integrator is None:

@@ -479,7 +479,7 @@ class Option(eqx.Module):
     o_friction: Float[Array, "5"] | None = None
     override: bool = eqx.field(static=True, default=False)
     integrator: str = eqx.field(static=True, default="euler")
-    solver: str = eqx.field(static=True, default="newton")
+    solver: str = eqx.field(static=True, default="newton")  # "newton" | "cg" (MuJoCo's primal solvers) | "ncp"
     iterations: int = eqx.field(static=True, default=100)
     ls_iterations: int = eqx.field(static=True, default=50)
     cone: str = eqx.field(static=True, default="pyramidal")

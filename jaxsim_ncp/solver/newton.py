@@ -1,4 +1,4 @@
-"""MuJoCo's reduced primal problem solved as mj_solPrimal's Newton method does.
+"""MuJoCo's reduced primal problem solved as mj_solPrimal's Newton (or conjugate gradient) method does.
 
 Computation chapter, "Constraint solver" / "Newton": minimize over the acceleration a
 
@@ -17,6 +17,10 @@ finished islands and worlds, so the solver vmaps: with implicit gradients the lo
 `while_loop`s that stop at convergence (never differentiated); with unrolled
 gradients they are `scan`s of exactly `iterations` steps, each searching with a fixed
 number of evaluations.
+With option/solver="CG" (`Model.opt.solver == "cg"`) the direction is mj_solPrimal's conjugate
+gradient instead: -M^-1 grad plus Hager-Zhang's beta times the last direction, with the same line
+search and stopping rules less the Newton decrement; its solution is the same problem's minimizer,
+so the implicit gradient is the same.
 """
 
 from __future__ import annotations
@@ -271,7 +275,7 @@ class Solution(NamedTuple):
     qacc: Float[Array, " nv"]
     efc_force: Float[Array, " nefc"]
     qfrc_constraint: Float[Array, " nv"]
-    iterations: Array  # Newton iterations used
+    iterations: Array  # Newton (or CG) iterations used, the most of any island
     converged: Array  # bool: stopped by the tolerance, not by the iteration limit
 
 
@@ -316,7 +320,8 @@ def solve(
     scale = island.tolerance_scale(model, M, isl)
     qacc0 = jnp.where(isl.dof == isl.count, qacc_smooth, qacc0)  # unconstrained dofs (islands only)
     minimize = functools.partial(
-        _minimize, kinds=kinds, n_islands=isl.count, iterations=opt.iterations, ls_iterations=opt.ls_iterations,
+        _minimize, kinds=kinds, n_islands=isl.count, conjugate_gradient=opt.solver == "cg",
+        iterations=opt.iterations, ls_iterations=opt.ls_iterations,
         tolerance=opt.tolerance, ls_tolerance=opt.ls_tolerance, unrolled=opt.grad_mode == "unroll",
         early_exit=opt.grad_mode == "implicit" and newton_early_exit(opt), trees_coupled=model.ntendon > 0,
     )  # fmt: skip
@@ -377,6 +382,7 @@ def _minimize(
     *,
     kinds: RowKinds,
     n_islands: int,
+    conjugate_gradient: bool,
     iterations: int,
     ls_iterations: int,
     tolerance: float,
@@ -389,7 +395,7 @@ def _minimize(
 
     start = (qacc0, per-island tolerance scale, island of each dof, island of each row).
     Search direction p = -H^-1 grad (H is block diagonal over islands, so this is each
-    island's direction); each island takes its own step from MuJoCo's line search
+    island's direction), or with conjugate_gradient CG's (`conjugate_direction`); each island takes its own step from MuJoCo's line search
     (`_primal_search`) and stops when that finds no improvement, or when its scaled
     improvement (if positive), gradient norm or Newton decrement 1/2 grad^T H^-1 grad
     falls below the tolerance. Before the first step it stops when both its gradient and
@@ -426,6 +432,27 @@ def _minimize(
         p = -linalg.solve_spd(H, st.grad) if unrolled else -linalg.cho_solve(linalg.cho_factor(H), st.grad)
         return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
 
+    M_factor = linalg.cho_factor(M) if conjugate_gradient else None
+
+    def conjugate_direction(st: _State, previous, count):
+        """CG's direction (mj_solPrimal without flg_Newton): -M^-1 grad, plus Hager-Zhang's beta times the
+        island's last direction after its first step, restarted (beta = 0) where d.y < mjMINVAL; and each
+        island's duality gap 1/2 grad^T M^-1 grad. previous = (last direction, gradient and M^-1 gradient)."""
+        Mgrad = linalg.cho_solve(M_factor, st.grad)
+        search, grad_old, Mgrad_old = previous
+        y, My = st.grad - grad_old, Mgrad - Mgrad_old
+        products = per_island(jnp.stack([search * y, y * My, y * Mgrad, search * st.grad, search**2, st.grad**2], -1))
+        d_y, y_My, y_Mgrad, d_grad, d_sq, grad_sq = jnp.moveaxis(products, -1, 0)
+        conjugate = (count > 0) & (d_y >= _MINVAL)
+        d_y = jnp.where(conjugate, d_y, 1.0)
+        beta = (y_Mgrad - 2 * (y_My / d_y) * d_grad) / d_y
+        eta = -1.0 / jnp.maximum(_MINVAL, jnp.sqrt(d_sq) * jnp.minimum(0.01, jnp.sqrt(grad_sq)))  # HZ's lower bound
+        # unrolled reverse mode differentiates the direction with beta held fixed
+        beta = jax.lax.stop_gradient(jnp.where(conjugate, jnp.maximum(eta, beta), 0.0))
+        p = -Mgrad + island.spread(beta, isl.dof) * search
+        gap = jnp.maximum(0.0, 0.5 * scale * per_island(st.grad * Mgrad))
+        return p, gap, (p, st.grad, Mgrad)
+
     def gradient_norm(st: _State):
         return scale * jnp.sqrt(per_island(jax.lax.stop_gradient(st.grad) ** 2))
 
@@ -439,9 +466,13 @@ def _minimize(
     def newton_iteration(carry, _):
         # The direction is computed at the top, as mj_solNewton does: an island stopped by its
         # improvement or gradient, or by the iteration cap, costs no factorization it would not use.
-        st, done, count = carry
-        p, decrement = direction(st)
-        done = done | decrement_converged(decrement, count)
+        st, done, count, previous = carry
+        if conjugate_gradient:  # CG stops before its first step on the duality gap alone
+            p, gap, previous = conjugate_direction(st, previous, count)
+            done = done | ((count == 0) & (gap < tolerance))
+        else:
+            p, decrement = direction(st)
+            done = done | decrement_converged(decrement, count)
         Jp, Mp = apply(efc, p), M @ p
         sums = per_island(jnp.stack([p * (st.Ma - qfrc_smooth), p * Mp, p**2], axis=-1))  # one reduction
         gauss = (sums[:, 0], sums[:, 1])
@@ -472,15 +503,16 @@ def _minimize(
         new = _state_from(st.qacc + step_p, st.Ma + dMa, st.jar + djar, problem, kinds, cone)
         improvement = scale * ls_improvement
         converged = ~moved | ((improvement > 0) & (improvement < tolerance)) | (gradient_norm(new) < tolerance)
-        return (new, done | converged, count + moved.astype(count.dtype)), None
+        return (new, done | converged, count + moved.astype(count.dtype), previous), None
 
-    init = (st0, jnp.zeros(n_islands, bool), jnp.zeros(n_islands, jnp.int32))
+    previous = (jnp.zeros_like(qacc0),) * 3 if conjugate_gradient else ()
+    init = (st0, jnp.zeros(n_islands, bool), jnp.zeros(n_islands, jnp.int32), previous)
     if early_exit:  # stop once converged: an island that has not converged moved in every trip, so at most `iterations`
-        st, done, count = jax.lax.while_loop(
+        st, done, count, _ = jax.lax.while_loop(
             lambda c: jnp.any(~c[1]) & (jnp.max(c[2]) < iterations), lambda c: newton_iteration(c, None)[0], init
         )
     else:
-        (st, done, count), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
+        (st, done, count, _), _ = jax.lax.scan(newton_iteration, init, None, length=iterations)
     if not unrolled:
         return st.qacc, (jnp.max(count), jnp.all(done))
     # Converged islands and dofs without constraints pass on the derivative of their solution, the
@@ -491,7 +523,8 @@ def _minimize(
     solution = jax.lax.stop_gradient(st.qacc)
     final = _state_at(solution, problem, kinds, cone)
     p_fixed, decrement = direction(final)
-    done = done | decrement_converged(decrement, count)  # the last iterate's decrement test
+    if not conjugate_gradient:
+        done = done | decrement_converged(decrement, count)  # the last iterate's decrement test
     p_fixed = jnp.where(jnp.isfinite(p_fixed), p_fixed, 0.0)  # adds zero to the value, whatever H is
     settled = island.spread(done, isl.dof) | (isl.dof == isl.count)
     qacc = jnp.where(settled, solution + (p_fixed - jax.lax.stop_gradient(p_fixed)), st.qacc)
