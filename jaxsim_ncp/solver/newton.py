@@ -432,13 +432,13 @@ def _minimize(
         p = -linalg.solve_spd(H, st.grad) if unrolled else -linalg.cho_solve(linalg.cho_factor(H), st.grad)
         return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
 
-    M_factor = linalg.cho_factor(M) if conjugate_gradient else None
+    M_factor = linalg.cho_factor(M) if conjugate_gradient and not unrolled else None
 
     def conjugate_direction(st: _State, previous, count):
         """CG's direction (mj_solPrimal without flg_Newton): -M^-1 grad, plus Hager-Zhang's beta times the
         island's last direction after its first step, restarted (beta = 0) where d.y < mjMINVAL; and each
         island's duality gap 1/2 grad^T M^-1 grad. previous = (last direction, gradient and M^-1 gradient)."""
-        Mgrad = linalg.cho_solve(M_factor, st.grad)
+        Mgrad = linalg.solve_spd(M, st.grad) if unrolled else linalg.cho_solve(M_factor, st.grad)
         search, grad_old, Mgrad_old = previous
         y, My = st.grad - grad_old, Mgrad - Mgrad_old
         products = per_island(jnp.stack([search * y, y * My, y * Mgrad, search * st.grad, search**2, st.grad**2], -1))
