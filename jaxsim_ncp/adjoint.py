@@ -73,20 +73,40 @@ def _times_exp(g, log_scale):
     return jnp.where(g == 0, jnp.zeros_like(g), g * f * f * f)
 
 
+def batched_zero(trees, dtype):
+    """A scalar 0 that is batched (under `jax.vmap`) wherever a floating leaf of trees is.
+
+    The log-scale, the model's accumulators and the carried data must be batched whenever the
+    carry's cotangent is: JAX sums the cotangent of an unbatched input of a custom_vjp over the
+    batch, which would add one world's log-scale to another's and mix cotangents of different
+    scales (a shared model's gradient over a vmapped batch came back NaN once any world's adjoint
+    was rescaled). Selected, not computed, from the leaves: exactly 0 even where a leaf is NaN."""
+    zero = jnp.zeros((), dtype)
+    for x in jax.tree.leaves(trees):
+        if jnp.issubdtype(jnp.result_type(x), jnp.inexact) and jnp.size(x):
+            zero = jnp.where(False, jnp.ravel(x)[0].astype(dtype), zero)
+    return zero
+
+
+def spread(tree, zero):
+    """tree with its floating leaves batched like zero (`batched_zero`), their values unchanged."""
+    return jax.tree.map(lambda x: jnp.where(zero != 0, jnp.zeros_like(x), x) if _is_float(x) else x, tree)
+
+
 @jax.custom_vjp
-def enter(data, taps):
-    """(data, ls = 0): the start of a rescaled scan; the backward pass returns data's true cotangent,
-    and the final log-scale as each tap's (`accumulator`)."""
-    return data, jnp.zeros((), data.time.dtype)
+def enter(data, zero, taps):
+    """(data, ls = zero): the start of a rescaled scan; the backward pass returns data's true
+    cotangent, and the final log-scale as each tap's (`accumulator`). zero: `batched_zero`."""
+    return data, zero
 
 
-def _enter_fwd(data, taps):
-    return enter(*_values((data, taps))), _count(taps)
+def _enter_fwd(data, zero, taps):
+    return enter(*_values((data, zero, taps))), _count(taps)
 
 
 def _enter_bwd(n, g):
     g_data, g_ls = g[0], _log_scale(g[1])
-    return _map_floats(lambda x: _times_exp(x, g_ls), g_data), (g_ls,) * n.shape[0]
+    return _map_floats(lambda x: _times_exp(x, g_ls), g_data), None, (g_ls,) * n.shape[0]
 
 
 enter.defvjp(_enter_fwd, _enter_bwd, symbolic_zeros=True)
@@ -151,19 +171,20 @@ def leaves_read(step, model, data) -> list[bool] | None:
 # leaves that are differentiated.
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))
-def _tapped(x, dtype, sign):
-    """(x, tap = 0); the backward pass multiplies x's cotangent by exp(sign * tap's)."""
-    return x, jnp.zeros((), dtype)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _tapped(x, zero, sign):
+    """(x, tap = zero), both batched like zero; the backward pass multiplies x's cotangent by
+    exp(sign * tap's)."""
+    return spread(x, zero), zero
 
 
-def _tapped_fwd(x, dtype, sign):
-    return _tapped(_values(x), dtype, sign), None
+def _tapped_fwd(x, zero, sign):
+    return _tapped(*_values((x, zero)), sign), None
 
 
-def _tapped_bwd(dtype, sign, _, g):
+def _tapped_bwd(sign, _, g):
     g_x, g_tap = g[0], _log_scale(g[1])
-    return (_map_floats(lambda y: _times_exp(y, sign * g_tap), g_x),)
+    return _map_floats(lambda y: _times_exp(y, sign * g_tap), g_x), None
 
 
 _tapped.defvjp(_tapped_fwd, _tapped_bwd, symbolic_zeros=True)
@@ -171,11 +192,11 @@ _tapped.defvjp(_tapped_fwd, _tapped_bwd, symbolic_zeros=True)
 
 @jax.custom_vjp
 def _borrow(leaf, acc):
-    return leaf
+    return acc  # the leaf's value, batched like the carry: a shared leaf's cotangent would arrive summed over the worlds
 
 
 def _borrow_fwd(leaf, acc):
-    return _values(leaf), None
+    return _values(acc), None
 
 
 def _borrow_bwd(_, g):
@@ -195,21 +216,21 @@ def _borrowed(x) -> bool:
     return isinstance(x, jax.core.Tracer) and jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
 
-def _borrowed_leaves(model) -> list:
+def borrowed_leaves(model) -> list:
     return [x for x in jax.tree.leaves(model) if _borrowed(x)]
 
 
-def accumulator(model, dtype) -> tuple[tuple, tuple]:
+def accumulator(model, zero) -> tuple[tuple, tuple]:
     """(acc, taps): an acc and a zero tap per borrowed leaf of the model (`_borrowed`); the backward
     pass returns each acc's cotangent at its true size (the taps' cotangents, from `enter`, being
-    the log-scale at the start) as its leaf's."""
-    return tuple(zip(*[_tapped(x, dtype, 1.0) for x in _borrowed_leaves(model)])) or ((), ())
+    the log-scale at the start) as its leaf's. zero: `batched_zero`."""
+    return tuple(zip(*[_tapped(x, zero, 1.0) for x in borrowed_leaves(model)])) or ((), ())
 
 
-def rescaled(acc: tuple, dtype) -> tuple[tuple, tuple]:
+def rescaled(acc: tuple, ls) -> tuple[tuple, tuple]:
     """(acc, taps); the backward pass divides each acc's cotangent by exp(its tap's), the factor
-    the state's was divided by in the same step (`renormalize`)."""
-    return tuple(zip(*[_tapped(a, dtype, -1.0) for a in acc])) or ((), ())
+    the state's was divided by in the same step (`renormalize`). ls: the carried log-scale (0)."""
+    return tuple(zip(*[_tapped(a, ls, -1.0) for a in acc])) or ((), ())
 
 
 def borrow(model, acc: tuple):
@@ -259,10 +280,12 @@ emitted.defvjp(_emitted_fwd, _emitted_bwd, symbolic_zeros=True)
 class Identity:
     """The same operations without rescaling (`rollout(..., rescale_adjoint=False)`)."""
 
-    enter = staticmethod(lambda data, taps: (data, jnp.zeros((), data.time.dtype)))
+    batched_zero = staticmethod(lambda trees, dtype: jnp.zeros((), dtype))
+    spread = staticmethod(lambda tree, zero: tree)
+    enter = staticmethod(lambda data, zero, taps: (data, zero))
     renormalize = staticmethod(lambda data, ls, taps, reads=None: (data, ls))
-    accumulator = staticmethod(lambda model, dtype: ((), ()))
-    rescaled = staticmethod(lambda acc, dtype: (acc, ()))
+    accumulator = staticmethod(lambda model, zero: ((), ()))
+    rescaled = staticmethod(lambda acc, ls: (acc, ()))
     borrow = staticmethod(lambda model, acc: model)
     unscaled = staticmethod(lambda x, ls: (x, ls))
     emitted = staticmethod(lambda y, ls: (y, ls))

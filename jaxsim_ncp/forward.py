@@ -561,15 +561,17 @@ def rollout(
 
     def body(carry, u):
         d, ls, acc = carry
-        acc, taps = ops.rescaled(acc, dtype)
+        acc, taps = ops.rescaled(acc, ls)
         d, ls = ops.renormalize(d, ls, taps, reads)
         u, ls = ops.unscaled(u, ls)
         d = step(ops.borrow(model, acc), d.replace(ctrl=u))
         out, ls = ops.emitted(d, ls)
         return (d, ls, acc), out
 
-    acc, taps = ops.accumulator(model, dtype)
-    start = (*ops.enter(data, taps), acc)
+    zero = ops.batched_zero((data, ctrl, adjoint.borrowed_leaves(model)), dtype)  # batched like any of them
+    acc, taps = ops.accumulator(model, zero)
+    start = (*ops.enter(ops.spread(data, zero), zero, taps), acc)
+    ctrl = ops.spread(ctrl, zero)  # batched like the carry, whose frame its cotangent is computed in
     if checkpoint:
         # each step keeps its solver's solution: the backward pass replays the rest of the step and
         # linearizes there, without the iterations (humanoid, 100-step gradient: about 0.75x the time

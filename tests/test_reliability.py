@@ -489,12 +489,12 @@ def test_only_model_leaves_that_can_be_differentiated_get_an_adjoint_accumulator
     model = jsn.load_mjcf("""<mujoco><option timestep="0.01"/><worldbody><geom type="plane" size="1 1 .1"/>
       <body pos="0 0 .2"><freejoint/><geom type="sphere" size=".05" mass="1"/></body></worldbody></mujoco>""")
     data = jsn.make_data(model).replace(qvel=jnp.array([0.3, 0.0, -1.0, 0.0, 2.0, 0.0]))
-    assert adjoint.accumulator(model, data.time.dtype) == ((), ())
+    assert adjoint.accumulator(model, jnp.zeros((), data.time.dtype)) == ((), ())
     counts = []
 
     def loss(mass, friction):
         m = eqx.tree_at(lambda m: (m.body_mass, m.geom_friction), model, (mass, friction))
-        counts.append(len(adjoint.accumulator(m, data.time.dtype)[0]))
+        counts.append(len(adjoint.accumulator(m, jnp.zeros((), data.time.dtype))[0]))
         final, _ = jsn.rollout(m, data, jnp.zeros((30, 0)))
         return jnp.sum(final.qpos[:3] ** 2) + jnp.sum(final.qvel**2)
 
@@ -517,14 +517,18 @@ def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
     the float64 one where that fits, and +-inf with the float64 sign where it does not. The loss
     weighs the short pendulum by +1e-8 and the long one by -1: gravity's per-step contributions
     overflow with both signs (long one first, short one last), and are summed before being
-    converted back. A chunked checkpointed rollout gives the same gradient."""
+    converted back. A chunked checkpointed rollout gives the same gradient, also as a vmapped batch of
+    two worlds sharing the model and controls, whose losses are weighted 1 and 1e-20 (so their
+    adjoints are rescaled at different steps: JAX sums an unbatched value's cotangent over the batch,
+    and a log-scale shared by the worlds made these gradients NaN): the shared gradients are the
+    first world's, each world's initial velocity gets its own."""
     xml = """<mujoco><option timestep="0.01"><flag contact="disable"/></option><worldbody>
       <body pos="0 0 1"><joint name="a" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 0 0 0.05" size="0.005" mass="1"/></body>
       <body pos="1 0 1"><joint name="b" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 0 0 0.07" size="0.005" mass="1"/></body>
       </worldbody><actuator><motor joint="a"/><motor joint="b"/></actuator></mujoco>"""
     steps = 800
 
-    def gradient(dtype, checkpoint=False):
+    def gradient(dtype, checkpoint=False, weights=None):
         model = jsn.load_mjcf(xml, dtype=dtype)
         data = jsn.make_data(model)
 
@@ -534,6 +538,11 @@ def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
             return 1e-8 * traj.qpos[-1, 0] - traj.qpos[-1, 1] + jnp.sum(final.qvel * jnp.array([1e-8, -1.0]))
 
         args = (data.qvel, jnp.zeros((steps, 2), dtype), model.opt.gravity)
+        if weights is not None:
+            args = (jnp.stack([data.qvel] * len(weights)),) + args[1:]
+            w = jnp.asarray(weights, dtype)
+            batch_loss = lambda qvel, ctrl, gravity: jnp.sum(w * jax.vmap(loss, (0, None, None))(qvel, ctrl, gravity))  # noqa: E731
+            return [np.asarray(g, np.float64) for g in jax.jit(jax.grad(batch_loss, argnums=(0, 1, 2)))(*args)]
         return [np.asarray(g, np.float64).ravel() for g in jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(*args)]
 
     exact, single = gradient(jnp.float64), gradient(jnp.float32)
@@ -545,5 +554,7 @@ def test_a_gradient_beyond_float32_comes_back_as_signed_inf_not_nan():
         assert np.array_equal(g32[beyond], np.sign(g64[beyond]) * np.inf)
     assert (np.abs(exact[1]) > 1e39).sum() > 50 and np.isfinite(single[1]).sum() > 800  # both regimes tested
     assert exact[2][0] > 1e39  # gravity: the sum of contributions beyond the dtype of both signs
-    for a, b in zip(gradient(jnp.float32, checkpoint=100), single):
+    qvel, ctrl, gravity = gradient(jnp.float32, checkpoint=100, weights=[1.0, 1e-20])
+    for a, b in zip([qvel[0], ctrl.ravel(), gravity], single):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+    np.testing.assert_allclose(qvel[1], 1e-20 * exact[0], rtol=1e-3)  # finite: 1e-20 of the first world's

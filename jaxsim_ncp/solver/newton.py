@@ -395,12 +395,13 @@ def _minimize(
 
     start = (qacc0, per-island tolerance scale, island of each dof, island of each row).
     Search direction p = -H^-1 grad (H is block diagonal over islands, so this is each
-    island's direction), or with conjugate_gradient CG's (`conjugate_direction`); each island takes its own step from MuJoCo's line search
-    (`_primal_search`) and stops when that finds no improvement, or when its scaled
-    improvement (if positive), gradient norm or Newton decrement 1/2 grad^T H^-1 grad
-    falls below the tolerance. Before the first step it stops when both its gradient and
-    decrement are below it (this implies MuJoCo's duality-gap certificate, which bounds
-    the decrement). Returns the most iterations any island used.
+    island's direction), or with conjugate_gradient CG's (`conjugate_direction`); each island
+    takes its own step from MuJoCo's line search (`_primal_search`) and stops when that finds
+    no improvement, or when its scaled improvement (if positive), gradient norm or (Newton)
+    decrement 1/2 grad^T H^-1 grad falls below the tolerance. Before the first step Newton
+    stops when both its gradient and decrement are below it (this implies MuJoCo's duality-gap
+    certificate, which bounds the decrement), CG on the gap 1/2 grad^T M^-1 grad alone.
+    Returns the most iterations any island used.
 
     Each iteration factors the Hessian once, at its top (as mj_solNewton): a loop that ends on
     improvement, gradient or the iteration cap does not factor at its last iterate (the
@@ -432,6 +433,7 @@ def _minimize(
         p = -linalg.solve_spd(H, st.grad) if unrolled else -linalg.cho_solve(linalg.cho_factor(H), st.grad)
         return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
 
+    st0 = _state_at(qacc0, problem, kinds, cone)
     M_factor = linalg.cho_factor(M) if conjugate_gradient and not unrolled else None
 
     def conjugate_direction(st: _State, previous, count):
@@ -456,7 +458,6 @@ def _minimize(
     def gradient_norm(st: _State):
         return scale * jnp.sqrt(per_island(jax.lax.stop_gradient(st.grad) ** 2))
 
-    st0 = _state_at(qacc0, problem, kinds, cone)
     small_start_gradient = gradient_norm(st0) < tolerance
 
     def decrement_converged(decrement, count):
