@@ -164,11 +164,11 @@ def leaves_read(step, model, data) -> list[bool] | None:
 # The model's cotangent. A step's model cotangent is in the carry's scaled frame; converted back
 # step by step, contributions beyond the dtype with both signs would sum to inf - inf. It is summed
 # in the scaled frame instead, in the cotangent of an accumulator `acc` (one per floating leaf of
-# the model; its value, a copy of the leaf, is never read) that the scan carries: `borrow` adds
-# each step's to it, `rescaled` divides it by the factor `renormalize` divides the state's by
-# (passed as a tap's cotangent), and `accumulator` converts the sum back at the start. Each leaf
-# has its own acc and taps, which depend on that leaf only: JAX computes the cotangents of the
-# leaves that are differentiated.
+# the model; its value a copy of the leaf, batched like the carry) that the scan carries: the step
+# reads it in the leaf's place (`borrow`), so each step's cotangent adds to it, `rescaled`
+# divides it by the factor `renormalize` divides the state's by (passed as a tap's cotangent), and
+# `accumulator` converts the sum back at the start. Each leaf has its own acc and taps, which
+# depend on that leaf only: JAX computes the cotangents of the leaves that are differentiated.
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -190,28 +190,12 @@ def _tapped_bwd(sign, _, g):
 _tapped.defvjp(_tapped_fwd, _tapped_bwd, symbolic_zeros=True)
 
 
-@jax.custom_vjp
-def _borrow(leaf, acc):
-    return acc  # the leaf's value, batched like the carry: a shared leaf's cotangent would arrive summed over the worlds
-
-
-def _borrow_fwd(leaf, acc):
-    return _values(acc), None
-
-
-def _borrow_bwd(_, g):
-    return None, _map_floats(lambda x: x, g)
-
-
-_borrow.defvjp(_borrow_fwd, _borrow_bwd, symbolic_zeros=True)
-
-
 def _borrowed(x) -> bool:
     """A model leaf that gets an accumulator: a floating one that may be differentiated, i.e. a
     tracer. A concrete array (a leaf the caller closed over) is a constant to every transformation;
-    borrowing it would only cost: its `_borrow` node would be bound as it is, with the carried
-    accumulator as an input, so to the scan's partial evaluation every value computed from it stops
-    being loop-invariant and is stored at every step (the humanoid's 100-step gradient with the
+    borrowing it would only cost: the step would read the carried accumulator instead, so to the
+    scan's partial evaluation every value computed from it stops being loop-invariant and is stored
+    at every step (the humanoid's 100-step gradient with the
     model closed over: 190 -> 154 per-step residual stores)."""
     return isinstance(x, jax.core.Tracer) and jnp.issubdtype(jnp.result_type(x), jnp.inexact)
 
@@ -234,10 +218,12 @@ def rescaled(acc: tuple, ls) -> tuple[tuple, tuple]:
 
 
 def borrow(model, acc: tuple):
-    """The model as a step reads it: the cotangents of its borrowed leaves go to acc's."""
+    """The model as a step reads it: its borrowed leaves replaced by their accumulators (the same
+    values, batched like the carry: under vmap a shared leaf's cotangent would arrive summed over
+    the worlds, each in its own scale), so their cotangents go to acc's."""
     leaves, treedef = jax.tree.flatten(model)
     accs = iter(acc)  # one per borrowed leaf, in leaf order (`accumulator`)
-    return treedef.unflatten([_borrow(x, next(accs)) if _borrowed(x) else x for x in leaves])
+    return treedef.unflatten([next(accs) if _borrowed(x) else x for x in leaves])
 
 
 @jax.custom_vjp
