@@ -169,6 +169,12 @@ def from_mujoco(
             raise ValueError(f"{', '.join(given)} only apply to integrator='adaptive' (this model integrates with {integrator!r})")
     disableflags = tuple(name for bit, name in _DISABLE_NAMES.items() if int(m.opt.disableflags) & bit)
     _check_supported(m, disableflags)
+    if solver == "cg" and grad_mode == "unroll":
+        # its directions chain every earlier iterate's derivative (float32 batch gradients came back NaN)
+        raise UnsupportedFeatureError(
+            "grad_mode='unroll' with the CG solver (option/solver=\"CG\"): unrolled gradients differentiate Newton's "
+            "iterations; use the implicit gradient (grad_mode='implicit', the default) or solver='newton'"
+        )
     if solver == "ncp":
         _check_ncp(m, integrator, grad_mode, disableflags)
         cone = "elliptic"  # the NCP uses exact second-order cones; its rows are laid out as MuJoCo's elliptic ones

@@ -102,6 +102,8 @@ def test_overrides_and_errors():
     # option/solver is read (MuJoCo's PGS, a dual method, is solved by Newton: the same optimum); overrides win
     assert [jsn.load_mjcf(tiny.format(s)).opt.solver for s in ("Newton", "CG", "PGS")] == ["newton", "cg", "newton"]
     assert jsn.load_mjcf(tiny.format("CG"), solver="newton").opt.solver == "newton"
+    with pytest.raises(jsn.UnsupportedFeatureError, match="unroll.*CG"):
+        jsn.load_mjcf(tiny.format("CG"), grad_mode="unroll")
     with pytest.raises(ValueError, match="solver"):
         jsn.load_mjcf(ARM, solver="pgs")
     assert jsn.load_mjcf(ARM, cfd=jsn.CFD(width=0.1)).opt.cfd.width == 0.1

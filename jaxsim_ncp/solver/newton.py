@@ -434,13 +434,13 @@ def _minimize(
         return p, jnp.maximum(0.0, -0.5 * scale * per_island(st.grad * p))
 
     st0 = _state_at(qacc0, problem, kinds, cone)
-    M_factor = linalg.cho_factor(M) if conjugate_gradient and not unrolled else None
+    M_factor = linalg.cho_factor(M) if conjugate_gradient else None  # CG is never unrolled (io refuses it)
 
     def conjugate_direction(st: _State, previous, count):
         """CG's direction (mj_solPrimal without flg_Newton): -M^-1 grad, plus Hager-Zhang's beta times the
         island's last direction after its first step, restarted (beta = 0) where d.y < mjMINVAL; and each
         island's duality gap 1/2 grad^T M^-1 grad. previous = (last direction, gradient and M^-1 gradient)."""
-        Mgrad = linalg.solve_spd(M, st.grad) if unrolled else linalg.cho_solve(M_factor, st.grad)
+        Mgrad = linalg.cho_solve(M_factor, st.grad)
         search, grad_old, Mgrad_old = previous
         y, My = st.grad - grad_old, Mgrad - Mgrad_old
         products = per_island(jnp.stack([search * y, y * My, y * Mgrad, search * st.grad, search**2, st.grad**2], -1))
@@ -449,8 +449,7 @@ def _minimize(
         d_y = jnp.where(conjugate, d_y, 1.0)
         beta = (y_Mgrad - 2 * (y_My / d_y) * d_grad) / d_y
         eta = -1.0 / jnp.maximum(_MINVAL, jnp.sqrt(d_sq) * jnp.minimum(0.01, jnp.sqrt(grad_sq)))  # HZ's lower bound
-        # unrolled reverse mode differentiates the direction with beta held fixed
-        beta = jax.lax.stop_gradient(jnp.where(conjugate, jnp.maximum(eta, beta), 0.0))
+        beta = jnp.where(conjugate, jnp.maximum(eta, beta), 0.0)
         p = -Mgrad + island.spread(beta, isl.dof) * search
         gap = jnp.maximum(0.0, 0.5 * scale * per_island(st.grad * Mgrad))
         return p, gap, (p, st.grad, Mgrad)
@@ -524,8 +523,7 @@ def _minimize(
     solution = jax.lax.stop_gradient(st.qacc)
     final = _state_at(solution, problem, kinds, cone)
     p_fixed, decrement = direction(final)
-    if not conjugate_gradient:
-        done = done | decrement_converged(decrement, count)  # the last iterate's decrement test
+    done = done | decrement_converged(decrement, count)  # the last iterate's decrement test
     p_fixed = jnp.where(jnp.isfinite(p_fixed), p_fixed, 0.0)  # adds zero to the value, whatever H is
     settled = island.spread(done, isl.dof) | (isl.dof == isl.count)
     qacc = jnp.where(settled, solution + (p_fixed - jax.lax.stop_gradient(p_fixed)), st.qacc)
