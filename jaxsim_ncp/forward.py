@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import actuation, adjoint, constraint, linalg, math, passive, sensor, smooth, tendon
+from . import actuation, adjoint, constraint, linalg, math, passive, sensor, smooth, tendon, validate
 from . import cfd as cfd_lib
 from .collision import collide
 from .collision.primitives import CAPSULE, PLANE
@@ -25,6 +25,7 @@ from .types import Data, Model, WarningKind
 @jax.jit
 def forward(model: Model, data: Data) -> Data:
     """Fill every derived quantity of `data` and the acceleration qacc (mj_forward)."""
+    data = validate.conform_data(model, data)
     data = smooth.kinematics(model, data)
     data = smooth.com_pos(model, data)
     data = tendon.tendon(model, data)
@@ -462,6 +463,7 @@ def step(model: Model, data: Data) -> Data:
     max_steps counts INTEGRATOR and diverges like a bad state. Every decision is per world,
     so one bad world in a vmapped batch never changes the others.
     """
+    data = validate.conform_data(model, data)
     ctrl, qfrc_applied, xfrc_applied = data.ctrl, data.qfrc_applied, data.xfrc_applied
     bad_input = ~_all_finite(ctrl, qfrc_applied, xfrc_applied)
     data = data.replace(
@@ -541,6 +543,7 @@ def rollout(
     beyond the dtype comes back as +-inf, not NaN; False saves its cost (humanoid, 100-step
     gradient, float32, CPU: 6% of the XLA memory at B = 64, 24% at B = 1, 0-10% of the time).
     """
+    data = validate.conform_data(model, data)
     ctrl = jnp.asarray(ctrl, dtype=data.ctrl.dtype)
     if ctrl.ndim != 2 or ctrl.shape[1] != model.nu:
         raise ValueError(f"ctrl must have shape (T, nu={model.nu}), got {ctrl.shape}")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import re
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from .types import JointType, Model
+from .types import Data, JointType, Model
 
 _GEOM_SIZES = {2: 1, 3: 2, 4: 3, 5: 2, 6: 3}  # sphere, capsule, ellipsoid, cylinder, box: sizes used
 _SHAPE_SPEC = re.compile(r"[\"']\s*([^\"']*)[\"']")
@@ -55,16 +57,39 @@ def _element(model: Model, field: str, index: int) -> str:
     return "option"
 
 
-def _expected_shape(model: Model, field: str) -> tuple[int | None, ...] | None:
-    """Shape from the field's jaxtyping annotation ("nbody 3" -> (nbody, 3)); None entries are free."""
-    annotation = type(model).__annotations__.get(field, "")
+def _expected_shape(model: Model, field: str, cls: type = Model) -> tuple[int | None, ...] | None:
+    """Shape of `cls`'s field from its jaxtyping annotation ("nbody 3" -> (nbody, 3)); None entries are free."""
+    annotation = cls.__annotations__.get(field, "")
     match = _SHAPE_SPEC.search(str(annotation))
     if match is None:
         return None
-    sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu,
-             "ngeom": model.ngeom, "neq": len(model.eq_obj1id)}  # fmt: skip
+    sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu, "na": model.na,
+             "ngeom": model.ngeom, "neq": len(model.eq_obj1id), "nmocap": model.topology.nmocap}  # fmt: skip
     dims = match.group(1).split()
     return tuple(int(d) if d.isdigit() else sizes.get(d) for d in dims)
+
+
+# the fields of Data that a step reads rather than derives
+_DATA_INPUTS = ("time", "qpos", "qvel", "act", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat",
+                "qacc_warmstart")  # fmt: skip
+
+
+def conform_data(model: Model, data: Data) -> Data:
+    """`data` with every floating array in the model's dtype (the model sets the precision: float64
+    state into a float32 model is computed in float32), after checking at trace time that the state
+    and input fields have one world's sizes for this model (ValueError naming the field)."""
+    for field in _DATA_INPUTS:
+        expected, shape = _expected_shape(model, field, Data), np.shape(getattr(data, field))
+        if shape != expected:
+            hint = " (a batch of worlds goes through jax.vmap)" if shape[1:] == expected else ""
+            raise ValueError(f"data.{field} has shape {shape}, expected {expected} for this model{hint}")
+    dtype = model.dtype
+
+    def cast(x):
+        floating = x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)
+        return jnp.asarray(x, dtype) if floating and jnp.result_type(x) != dtype else x
+
+    return jax.tree.map(cast, data)
 
 
 class _Checker:

@@ -126,6 +126,20 @@ def test_rollout_shapes_and_ctrl_validation():
     with pytest.raises(ValueError, match="ctrl must have shape"):
         jsn.rollout(model, data, jnp.zeros((7, model.nu + 1)))
 
+    # the model sets the precision: a float32 model takes float64 state (and float64 a float32 one)
+    model32 = jsn.load_mjcf(ARM, dtype=jnp.float32)
+    mixed = jsn.make_data(model32).replace(qvel=np.ones(model.nv), ctrl=jnp.ones(model.nu, jnp.float64))
+    for fn in (jsn.forward, jsn.step, lambda m, d: jsn.rollout(m, d, np.zeros((2, m.nu)))[1]):
+        out = jax.eval_shape(fn, model32, mixed)
+        assert {x.dtype for x in jax.tree.leaves(out) if jnp.issubdtype(x.dtype, jnp.floating)} == {np.dtype("float32")}
+    assert jax.eval_shape(jsn.step, model, mixed).qpos.dtype == jnp.float64
+    # one world's sizes, named field; a batch without vmap says so
+    with pytest.raises(ValueError, match=r"data.qvel has shape \(2,\), expected"):
+        jax.eval_shape(jsn.step, model, data.replace(qvel=jnp.zeros(2)))
+    batch = jax.tree.map(lambda x: jnp.stack([x, x]), data)
+    with pytest.raises(ValueError, match="data.time has shape .*jax.vmap"):
+        jax.eval_shape(jsn.step, model, batch)
+
 
 def test_checkpointed_rollout_matches_plain_values_and_gradients():
     model = jsn.load_mjcf(SLIDER)
