@@ -147,13 +147,34 @@ def _quat_right(q):
     return jnp.array([[w, -x, -y, -z], [x, w, z, -y], [y, -z, w, x], [z, y, -x, w]])
 
 
+def _equality_anchors(model: Model, data: Data, k: int, etype: int):
+    """Connect or weld k's two bodies and the world points it joins (mj_equalityAnchors): body
+    semantics, eq_data's anchors in the bodies' frames; site semantics, the two sites' positions."""
+    o1, o2 = model.eq_obj1id[k], model.eq_obj2id[k]
+    if model.constraints.eq_sites[k]:
+        bodies = model.topology.site_bodyid
+        return bodies[o1], bodies[o2], data.site_xpos[o1], data.site_xpos[o2]
+    a1, a2 = (model.eq_data[k, 0:3], model.eq_data[k, 3:6]) if etype == _CONNECT else (model.eq_data[k, 3:6], model.eq_data[k, 0:3])
+    return o1, o2, data.xmat[o1] @ a1 + data.xpos[o1], data.xmat[o2] @ a2 + data.xpos[o2]
+
+
+def _weld_frames(model: Model, k: int):
+    """Weld k's two bodies and the orientations its sides keep aligned, in those bodies' frames:
+    (eq_data's relpose, identity) with body semantics, the two sites' quaternions with site semantics."""
+    o1, o2 = model.eq_obj1id[k], model.eq_obj2id[k]
+    if model.constraints.eq_sites[k]:
+        bodies = model.topology.site_bodyid
+        return bodies[o1], bodies[o2], model.site_quat[o1], model.site_quat[o2]
+    return o1, o2, model.eq_data[k, 6:10], None
+
+
 def _weld_rotation(model: Model, data: Data, k: int):
-    """Weld k's rotated relative pose q0r = q_1 relpose, the conjugate of q_2, and the linear map
-    from the relative angular velocity w_1 - w_2 to its rotational rows:
-    0.5 * torquescale * vec(conj(q_2) * (0, w) * q0r)."""
-    b1, b2 = model.eq_obj1id[k], model.eq_obj2id[k]
-    q0r = math.quat_mul(data.xquat[b1], model.eq_data[k, 6:10])
-    nq1 = math.quat_conj(data.xquat[b2])
+    """Weld k's rotated relative pose q0r = q_1 r_1, the conjugate nq1 of q_2 r_2 (r_1 = relpose and
+    r_2 = 1, or the sites' quaternions), and the linear map from the relative angular velocity
+    w_1 - w_2 to its rotational rows: 0.5 * torquescale * vec(nq1 * (0, w) * q0r)."""
+    b1, b2, r1, r2 = _weld_frames(model, k)
+    q0r = math.quat_mul(data.xquat[b1], r1)
+    nq1 = math.quat_conj(data.xquat[b2] if r2 is None else math.quat_mul(data.xquat[b2], r2))
     return q0r, nq1, 0.5 * model.eq_data[k, 10] * (_quat_left(nq1) @ _quat_right(q0r))[1:, 1:]
 
 
@@ -170,9 +191,7 @@ def _equality_rows(model: Model, data: Data) -> Rows:
         solref = model.eq_solref[k]
         solimp = model.eq_solimp[k]
         if etype in (_CONNECT, _WELD):
-            a1, a2 = (data_k[0:3], data_k[3:6]) if etype == _CONNECT else (data_k[3:6], data_k[0:3])
-            p1 = data.xmat[b1] @ a1 + data.xpos[b1]
-            p2 = data.xmat[b2] @ a2 + data.xpos[b2]
+            b1, b2, p1, p2 = _equality_anchors(model, data, k, etype)
             bodies = np.array([b1, b2])
             jacp, jacr = point_jacobian(model, data, bodies, jnp.stack([p1, p2]))
             accp, accr = _velocity_product_acc(model, data, bodies, jnp.stack([p1, p2]))
@@ -190,8 +209,10 @@ def _equality_rows(model: Model, data: Data) -> Rows:
                 w1, w2 = data.cvel[b1, :3], data.cvel[b2, :3]
                 dw = w1 - w2
                 pure = lambda v: jnp.concatenate([jnp.zeros(1, v.dtype), v])  # noqa: E731
-                qdot0r = math.quat_mul(0.5 * math.quat_mul(pure(w1), data.xquat[b1]), data_k[6:10])
-                nqdot1 = math.quat_conj(0.5 * math.quat_mul(pure(w2), data.xquat[b2]))
+                _, _, r1, r2 = _weld_frames(model, k)
+                qdot0r = math.quat_mul(0.5 * math.quat_mul(pure(w1), data.xquat[b1]), r1)
+                qdot2 = 0.5 * math.quat_mul(pure(w2), data.xquat[b2])
+                nqdot1 = math.quat_conj(qdot2 if r2 is None else math.quat_mul(qdot2, r2))
                 t1 = math.quat_mul(math.quat_mul(nqdot1, pure(dw)), q0r)
                 t2 = math.quat_mul(math.quat_mul(nq1, pure(accr[0] - accr[1])), q0r)
                 t3 = math.quat_mul(math.quat_mul(nq1, pure(dw)), qdot0r)
@@ -543,11 +564,9 @@ def external_wrenches(model: Model, data: Data) -> Float[Array, "nbody 6"]:
             torque = jnp.zeros(3, model.dtype)
             if etype == _WELD:  # the torque its rotational rows exert: their Jacobian's transpose
                 torque = _weld_rotation(model, data, k)[2].T @ data.efc_force[row + 3 : row + 6]
-            anchors = (model.eq_data[k, 0:3], model.eq_data[k, 3:6])
-            b1, b2 = model.eq_obj1id[k], model.eq_obj2id[k]
-            a1, a2 = anchors if etype == _CONNECT else anchors[::-1]
-            cfrc = cfrc.at[b1].add(at_com(b1, data.xmat[b1] @ a1 + data.xpos[b1], torque, force))
-            cfrc = cfrc.at[b2].add(-at_com(b2, data.xmat[b2] @ a2 + data.xpos[b2], torque, force))
+            b1, b2, p1, p2 = _equality_anchors(model, data, k, etype)
+            cfrc = cfrc.at[b1].add(at_com(b1, p1, torque, force))
+            cfrc = cfrc.at[b2].add(-at_com(b2, p2, torque, force))
         row += n
     return cfrc.at[0].set(0.0)  # the world body receives nothing
 

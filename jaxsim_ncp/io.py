@@ -580,8 +580,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         scalar = (int(mujoco.mjtEq.mjEQ_JOINT), int(mujoco.mjtEq.mjEQ_TENDON))
         if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD), *scalar):
             unsupported(f"equality {ename!r} of type {mujoco.mjtEq(etype).name} (connect, weld, joint and tendon are supported)")
-        if etype not in scalar and int(m.eq_objtype[i]) != int(mujoco.mjtObj.mjOBJ_BODY):
-            unsupported(f"equality {ename!r} with site semantics (equality/site1, site2): use body1/body2")
     if int(m.opt.disableactuator) != 0:
         unsupported("disabling actuator groups (option/actuatorgroupdisable)")
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
@@ -869,6 +867,7 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
         groups=tuple(groups),
         eq_ids=tuple(eq_ids),
         eq_types=tuple(int(m.eq_type[i]) for i in eq_ids),
+        eq_sites=tuple(bool(m.eq_objtype[i] == mujoco.mjtObj.mjOBJ_SITE) for i in eq_ids),
         friction_dofs=friction_dofs,
         friction_tendons=friction_tendons,
         limit_jnts=tuple(limit_jnts),

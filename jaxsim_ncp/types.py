@@ -346,6 +346,7 @@ class ConstraintLayout:
     groups: tuple[PairGroup, ...] = ()
     eq_ids: tuple[int, ...] = ()  # active-at-load equality constraints
     eq_types: tuple[int, ...] = ()  # mjtEq of each (connect 0, weld 1, joint 2, tendon 3)
+    eq_sites: tuple[bool, ...] = ()  # connect/weld between two sites (MJCF site1/site2): eq_obj*id are site ids
     friction_dofs: tuple[int, ...] = ()
     friction_tendons: tuple[int, ...] = ()  # friction-loss rows after the dofs'
     limit_jnts: tuple[int, ...] = ()  # one entry per joint limit row

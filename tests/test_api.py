@@ -38,9 +38,6 @@ def test_malformed_xml_raises():
          "<body><freejoint/><geom name='tet' type='mesh' mesh='m' gap='.01'/></body></worldbody></mujoco>", "margin/gap on the pair 'rock'-'tet'.*multiccd"),
         ("<mujoco><asset><hfield name='h' nrow='2' ncol='2' size='1 1 1 .1'/></asset><worldbody><geom name='ground' type='hfield' hfield='h'/>"
          "<body><freejoint/><geom name='ball' size='.1' margin='.01'/></body></worldbody></mujoco>", "height-field pair 'ground'-'ball'"),
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body name='a'><freejoint/><geom size='.1'/><site name='s1'/></body>"
-         "<body name='b'><freejoint/><geom size='.1'/><site name='s2'/></body></worldbody><equality><weld site1='s1' site2='s2'/></equality></mujoco>",
-         "site semantics"),
         # convex pairs follow MuJoCo's native GJK/EPA only, not libccd's
         ("<mujoco><option><flag nativeccd='disable'/></option><worldbody><geom name='egg' type='ellipsoid' size='.1 .2 .3'/>"
          "<body><freejoint/><geom name='pill' type='capsule' size='.1 .2'/></body></worldbody></mujoco>", "nativeccd.*'pill'-'egg'"),

@@ -92,14 +92,18 @@ SCENES = {
     ),
     "welded_pair": (
         """<mujoco><option timestep="0.005"/><worldbody><geom type="plane" size="5 5 .1"/>
-        <body name="a" pos="0 0 .5"><freejoint/><geom type="box" size=".1 .05 .05"/></body>
-        <body name="b" pos=".25 0 .5" quat=".9 .1 .2 .3"><freejoint/><geom type="box" size=".1 .05 .05"/></body>
+        <body name="a" pos="0 0 .5"><freejoint/><geom type="box" size=".1 .05 .05"/><site name="sa" pos=".05 .1 0" quat=".9 .3 0 .1"/></body>
+        <body name="b" pos=".25 0 .5" quat=".9 .1 .2 .3"><freejoint/><geom type="box" size=".1 .05 .05"/>
+          <site name="sb" pos=".05 .02 -.01" quat=".8 .2 .4 .4"/></body>
+        <body name="e" pos=".3 .1 .8" quat=".7 .1 -.3 .2"><freejoint/><geom type="sphere" size=".05"/>
+          <site name="se" pos="0 .03 .02" quat=".6 -.2 .5 .3"/></body>
         <body name="c" pos="0 .3 .6"><joint type="hinge" axis="1 0 0"/>
           <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" contype="0" conaffinity="0"/>
           <body name="d" pos="0 .2 0"><joint name="j2" type="hinge" axis="0 1 0"/>
-            <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" contype="0" conaffinity="0"/></body></body>
+            <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" contype="0" conaffinity="0"/><site name="sd" pos="0 .2 0"/></body></body>
         </worldbody><equality><weld body1="a" body2="b" torquescale="2"/><connect body1="c" body2="a" anchor="0 .1 0"/>
-        <joint joint1="j2" polycoef=".1 .5 .2 0 0"/></equality></mujoco>""",
+        <joint joint1="j2" polycoef=".1 .5 .2 0 0"/>
+        <weld site1="se" site2="sb" torquescale=".5"/><connect site1="sd" site2="sa"/></equality></mujoco>""",  # site semantics too
         "random",
     ),
 }

@@ -73,14 +73,16 @@ JOINTS = f"""<mujoco>{_OPTION}<worldbody>
 </worldbody><actuator><motor joint="h1" gear="2"/><position joint="h2" kp="5"/></actuator></mujoco>"""
 
 EQUALITY = f"""<mujoco>{_OPTION}<worldbody>
-  <body name="a" pos="0 0 .5"><freejoint/><geom type="box" size=".1 .05 .05" {_NOCOLLIDE}/></body>
-  <body name="b" pos=".25 0 .5" quat=".9 .1 .2 .3"><freejoint/><geom type="box" size=".1 .05 .05" {_NOCOLLIDE}/></body>
+  <body name="a" pos="0 0 .5"><freejoint/><geom type="box" size=".1 .05 .05" {_NOCOLLIDE}/><site name="sa" pos=".05 .1 0"/></body>
+  <body name="b" pos=".25 0 .5" quat=".9 .1 .2 .3"><freejoint/><geom type="box" size=".1 .05 .05" {_NOCOLLIDE}/>
+    <site name="sb" pos=".05 .02 -.01" quat=".8 .2 .4 .4"/></body>
+  <body name="e" pos=".3 .1 .55" quat=".7 .1 -.3 .2"><freejoint/><geom size=".05" {_NOCOLLIDE}/><site name="se" quat=".6 -.2 .5 .3"/></body>
   <body name="c" pos="0 .3 .6"><joint type="hinge" axis="1 0 0" damping=".2"/>
     <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" {_NOCOLLIDE}/>
     <body name="d" pos="0 .2 0"><joint name="j2" type="hinge" axis="0 1 0"/>
-      <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" {_NOCOLLIDE}/></body></body>
+      <geom type="capsule" fromto="0 0 0 0 .2 0" size=".03" {_NOCOLLIDE}/><site name="sd" pos="0 .2 0"/></body></body>
 </worldbody><equality><weld body1="a" body2="b" torquescale="2"/><connect body1="c" body2="a" anchor="0 .1 0"/>
-  <joint joint1="j2" polycoef=".1 .5 .2 0 0"/></equality>
+  <joint joint1="j2" polycoef=".1 .5 .2 0 0"/><weld site1="se" site2="sb" torquescale=".5"/><connect site1="sd" site2="sa"/></equality>
 <actuator><motor joint="j2" gear="1.5"/></actuator></mujoco>"""
 
 _BALL = np.array([np.cos(np.deg2rad(12.5)), 0.0, np.sin(np.deg2rad(12.5)), 0.0])  # 25 deg: past its 20 deg limit
@@ -95,7 +97,7 @@ def _joint_params(m):
 
 
 def _equality_params(m):
-    return m.eq_solref, m.eq_solimp, m.eq_data, m.dof_damping, m.actuator_gear, m.body_mass, m.opt.timestep
+    return m.eq_solref, m.eq_solimp, m.eq_data, m.site_pos, m.site_quat, m.dof_damping, m.actuator_gear, m.body_mass, m.opt.timestep
 
 
 # name -> (xml, qpos or None, params, expected active rows (equality, friction loss, limits, contacts),

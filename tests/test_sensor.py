@@ -167,10 +167,16 @@ CONTACT_SCENE = """
       <geom type="box" size="0.05 0.05 0.05"/>
       <site name="welded_site" euler="5 5 5"/>
     </body>
+    <body name="tag" pos="1.4 1 1.1">
+      <freejoint/>
+      <geom type="sphere" size="0.03" contype="0" conaffinity="0"/>
+      <site name="tag_site" pos="0.02 0 0" euler="0 20 10"/>
+    </body>
   </worldbody>
   <equality>
     <connect body1="link" body2="world" anchor="0 0 -0.4"/>
     <weld body1="welded" body2="link" relpose="0.3 0 0 1 0 0 0"/>
+    <weld site1="tag_site" site2="welded_site" torquescale="0.5"/>
   </equality>
   <actuator><motor joint="hinge"/></actuator>
   <sensor>
@@ -189,6 +195,8 @@ CONTACT_SCENE = """
     <torque site="forearm_site"/>
     <force site="link_site"/>
     <torque site="welded_site"/>
+    <force site="tag_site"/>
+    <torque site="tag_site"/>
     <force site="box_imu"/>
     <framelinacc objtype="site" objname="hand_site"/>
     <frameangacc objtype="body" objname="forearm"/>
