@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, math, passive, smooth
+from . import constraint, history, math, passive, smooth
 from .types import TRN_BODY, TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_SLIDERCRANK, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
@@ -294,7 +294,7 @@ def actuation(model: Model, data: Data) -> Data:
         )
     length, moment = transmission(model, data)
     velocity = moment @ data.qvel
-    ctrl = clamped_ctrl(model, data.ctrl)
+    ctrl = clamped_ctrl(model, history.delayed_ctrl(model, data))
 
     act_dot, act_next = data.act_dot, None
     if model.na:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import actuation, adjoint, constraint, linalg, math, passive, sensor, smooth, tendon, validate
+from . import actuation, adjoint, constraint, history, linalg, math, passive, sensor, smooth, tendon, validate
 from . import cfd as cfd_lib
 from .collision import collide
 from .collision.primitives import CAPSULE, PLANE
@@ -500,21 +500,23 @@ def step(model: Model, data: Data) -> Data:
     warning = data.warning + fired.astype(jnp.int32)
     warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
     bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR]
+    recorded = history.record_ctrl(model, data)  # delayed actuators' controls (mj_advance)
     if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
-                    jnp.zeros_like(data.qacc_warmstart))  # fmt: skip
+                    jnp.zeros_like(data.qacc_warmstart), recorded)  # fmt: skip
         diverged = data.diverged
     else:  # freeze at the last good state
-        fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart)
+        fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history)
         diverged = data.diverged | bad
-    fresh = (new.qpos, new.qvel, new.act, new.time, data.qacc)
-    qpos, qvel, act, time, warmstart = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
+    fresh = (new.qpos, new.qvel, new.act, new.time, data.qacc, recorded)
+    qpos, qvel, act, time, warmstart, ctrl_history = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
     return new.replace(
         qpos=qpos,
         qvel=qvel,
         act=act,
         time=time,
         qacc_warmstart=warmstart,
+        history=ctrl_history,
         ctrl=ctrl,
         qfrc_applied=qfrc_applied,
         xfrc_applied=xfrc_applied,

@@ -272,6 +272,8 @@ def from_mujoco(
             for a in range(m.nu)
         ),
         actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
+        actuator_nsample=ints(m.actuator_history[:, 0]),
+        actuator_interp=ints(m.actuator_history[:, 1]),
         actuator_slidersite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SLIDERCRANK) else -1
             for a in range(m.nu)
@@ -441,6 +443,7 @@ def from_mujoco(
         actuator_dampingpoly=f(np.reshape(m.actuator_dampingpoly, (-1, 2))),
         actuator_armature=f(m.actuator_armature),
         actuator_cranklength=f(m.actuator_cranklength),
+        actuator_delay=f(m.actuator_delay),
         geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else None,
     )
     check_model(model)
@@ -608,9 +611,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"actuator {aname!r} with more than one activation state")
         if int(m.actuator_ctrlnum[a]) != 1:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
-        for attr in ("actuator_delay", "actuator_history"):
-            if np.any(np.asarray(getattr(m, attr))[a] != 0):
-                unsupported(f"actuator {aname!r}/{attr[len('actuator_'):]}")
 
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:

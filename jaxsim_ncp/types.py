@@ -185,6 +185,8 @@ class Topology:
     actuator_refsite: tuple[int, ...] = ()
     actuator_refsite_shared_dofs: tuple[tuple[int, ...], ...] = ()
     actuator_slidersite: tuple[int, ...] = ()  # slider-crank transmissions: the slider site (-1: none)
+    actuator_nsample: tuple[int, ...] = ()  # control history buffer length (history.py; 0: none)
+    actuator_interp: tuple[int, ...] = ()  # its interpolation: 0 hold, 1 linear, 2 cubic
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()
@@ -639,6 +641,7 @@ class Model(eqx.Module):
     actuator_dampingpoly: Float[Array, "nu 2"]  # likewise, to the higher-order damping coefficients
     actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
     actuator_cranklength: Float[Array, " nu"]  # slider-crank transmissions: the rod's length
+    actuator_delay: Float[Array, " nu"]  # control delay, read from the actuator's history buffer (history.py)
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
     geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] | None = None
 
@@ -805,6 +808,7 @@ class Data(eqx.Module):
     efc_force: Float[Array, " nefc"]
     efc_mask: Bool[Array, " nefc"]
     sensordata: Float[Array, " nsensordata"]  # in MuJoCo's order (sensor.py)
+    history: Float[Array, " nhistory"]  # delayed actuators' control history buffers (history.py), MuJoCo's layout
 
     def replace(self, **changes) -> "Data":
         return dataclasses.replace(self, **changes)
@@ -814,6 +818,8 @@ class Data(eqx.Module):
 def make_data(model: Model) -> Data:
     """Data at qpos0 with zero velocity, activation and controls (one compiled program per model
     structure: called eagerly, its ~40 array constructors would otherwise each compile one)."""
+    from . import history  # history.py reads Model and Data
+
     dt = model.dtype
     z = lambda *shape: jnp.zeros(shape, dtype=dt)  # noqa: E731
     nb, nj, ng = model.nbody, model.njnt, model.ngeom
@@ -877,6 +883,7 @@ def make_data(model: Model) -> Data:
         efc_force=z(model.constraints.nefc),
         efc_mask=jnp.zeros((model.constraints.nefc,), bool),
         sensordata=z(model.topology.nsensordata),
+        history=history.initial(model),
     )
 
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import history
 from .types import Data, JointType, Model
 
 _GEOM_SIZES = {2: 1, 3: 2, 4: 3, 5: 2, 6: 3}  # sphere, capsule, ellipsoid, cylinder, box: sizes used
@@ -64,14 +65,15 @@ def _expected_shape(model: Model, field: str, cls: type = Model) -> tuple[int | 
     if match is None:
         return None
     sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu, "na": model.na,
-             "ngeom": model.ngeom, "neq": len(model.eq_obj1id), "nmocap": model.topology.nmocap}  # fmt: skip
+             "ngeom": model.ngeom, "neq": len(model.eq_obj1id), "nmocap": model.topology.nmocap,
+             "nhistory": history.nhistory(model)}  # fmt: skip
     dims = match.group(1).split()
     return tuple(int(d) if d.isdigit() else sizes.get(d) for d in dims)
 
 
 # the fields of Data that a step reads rather than derives
 _DATA_INPUTS = ("time", "qpos", "qvel", "act", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat",
-                "qacc_warmstart")  # fmt: skip
+                "qacc_warmstart", "history")  # fmt: skip
 
 
 def conform_data(model: Model, data: Data) -> Data:
