@@ -246,7 +246,17 @@ def next_activation(model: Model, act, act_dot):
     tau = _time_constant(model)[stateful]
     exact = np.asarray(topo.actuator_dyntype)[stateful] == DynType.FILTEREXACT
     step = jnp.where(exact, tau * (1.0 - jnp.exp(-h / tau)), h)
-    return clamp_activation(model, act.at[adr].set(act[adr] + act_dot[adr] * step))
+    return clamp_activation(model, act.at[adr].set(act[adr] + held(model, act_dot)[adr] * step))
+
+
+def held(model: Model, act_dot):
+    """act_dot with the activations of disabled actuators (actuator groups) held: mj_advance
+    integrates them with a zero rate."""
+    disabled = np.asarray(model.topology.actuator_disabled, dtype=bool)
+    if not disabled.any():
+        return act_dot
+    adr = np.asarray(model.topology.actuator_actadr, dtype=np.int64)[disabled & (np.asarray(model.topology.actuator_actadr) >= 0)]
+    return act_dot.at[adr].set(0.0)
 
 
 def clamp_activation(model: Model, act):
@@ -312,7 +322,7 @@ def actuation(model: Model, data: Data) -> Data:
     inp = _activation_input(model, data, ctrl, act_next)
 
     gain, bias = _gain_and_bias(model, length, velocity)
-    force = _clamp_tendon_totals(model, gain * inp + bias)
+    force = _clamp_tendon_totals(model, _enabled(model, gain * inp + bias))
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
 
@@ -356,4 +366,10 @@ def actuator_velocity_derivative(model: Model, data: Data):
     inp = _activation_input(model, data, clamped_ctrl(model, data.ctrl))
     velocity = moment @ data.qvel
     slope = jax.jvp(lambda v: _gain_and_bias(model, length, v), (velocity,), (jnp.ones_like(velocity),))[1]
-    return moment.T @ ((slope[0] * inp + slope[1])[:, None] * moment)
+    return moment.T @ (_enabled(model, slope[0] * inp + slope[1])[:, None] * moment)
+
+
+def _enabled(model: Model, per_actuator):
+    """Zero for the actuators of disabled groups (option/actuatorgroupdisable): MuJoCo skips them."""
+    disabled = np.asarray(model.topology.actuator_disabled, dtype=bool)
+    return jnp.where(disabled, 0.0, per_actuator) if disabled.any() else per_actuator

@@ -274,6 +274,7 @@ def from_mujoco(
         actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
         actuator_nsample=ints(m.actuator_history[:, 0]),
         actuator_interp=ints(m.actuator_history[:, 1]),
+        actuator_disabled=tuple(bool(0 <= g <= 30 and int(m.opt.disableactuator) & (1 << int(g))) for g in m.actuator_group),
         actuator_slidersite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SLIDERCRANK) else -1
             for a in range(m.nu)
@@ -583,8 +584,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         scalar = (int(mujoco.mjtEq.mjEQ_JOINT), int(mujoco.mjtEq.mjEQ_TENDON))
         if etype not in (int(mujoco.mjtEq.mjEQ_CONNECT), int(mujoco.mjtEq.mjEQ_WELD), *scalar):
             unsupported(f"equality {ename!r} of type {mujoco.mjtEq(etype).name} (connect, weld, joint and tendon are supported)")
-    if int(m.opt.disableactuator) != 0:
-        unsupported("disabling actuator groups (option/actuatorgroupdisable)")
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
         unsupported("sleeping islands (option/flag sleep)")
 

@@ -187,6 +187,7 @@ class Topology:
     actuator_slidersite: tuple[int, ...] = ()  # slider-crank transmissions: the slider site (-1: none)
     actuator_nsample: tuple[int, ...] = ()  # control history buffer length (history.py; 0: none)
     actuator_interp: tuple[int, ...] = ()  # its interpolation: 0 hold, 1 linear, 2 cubic
+    actuator_disabled: tuple[bool, ...] = ()  # in a group of option/actuatorgroupdisable (mj_actuatorDisabled)
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()

@@ -1,7 +1,8 @@
-"""Delayed actuators (MuJoCo 4's `delay`, `nsample`, `interp`): the control history buffers
-against MuJoCo's own (insertion in and out of order, reads in every interpolation), a rollout
-of delayed actuators step for step with MuJoCo, and its gradient w.r.t. the controls and
-the delays against central finite differences."""
+"""What the actuators act on. Delayed actuators (MuJoCo 4's `delay`, `nsample`, `interp`): the
+control history buffers against MuJoCo's own (insertion in and out of order, reads in every
+interpolation), a rollout of delayed actuators step for step with MuJoCo, and its gradient
+w.r.t. the controls and the delays against central finite differences. Disabled actuator
+groups (option/actuatorgroupdisable) against MuJoCo."""
 
 import equinox as eqx
 import jax
@@ -85,3 +86,29 @@ def test_delayed_actuators_follow_mujoco_with_finite_difference_gradients():
 
     check_directional(loss, (jnp.asarray(ctrl[:12]), model.actuator_delay), np.random.default_rng(2), n_dirs=2, rtol=1e-6)
 
+
+
+def test_disabled_actuator_groups_follow_mujoco():
+    """Actuators in disabled groups exert no force and their activations hold (act_dot is still
+    reported), under implicitfast (the actuators' velocity derivative skips them too)."""
+    xml = """<mujoco><option timestep="0.01" integrator="implicitfast" actuatorgroupdisable="1 3"/>
+      <default><geom contype="0" conaffinity="0"/></default><worldbody>
+      <body><joint name="hinge" type="hinge" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 .3 0 0" size=".03"/></body>
+      <body pos="1 0 0"><joint name="slide" type="slide"/><geom size=".1"/></body></worldbody>
+      <actuator><motor joint="hinge" group="1"/><velocity joint="slide" kv="3" group="3"/><position joint="slide" kp="10" group="2"/>
+        <general joint="hinge" dyntype="filter" dynprm=".05" group="1"/><general joint="hinge" dyntype="integrator" group="0"/>
+      </actuator></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    assert model.topology.actuator_disabled == (True, True, False, True, False)
+    ctrl = np.random.default_rng(0).normal(0, 2, (30, m.nu))
+    _, traj = jax.jit(jsn.rollout)(model, jsn.make_data(model), jnp.asarray(ctrl))
+    for t in range(30):
+        d.ctrl[:] = ctrl[t]
+        mujoco.mj_step(m, d)
+        np.testing.assert_allclose(traj.actuator_force[t], d.actuator_force, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(traj.act_dot[t], d.act_dot, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(traj.act[t], d.act, rtol=0, atol=1e-12)
+    assert d.act[0] == 0 and d.act[1] != 0  # the disabled filter held, the enabled integrator moved

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..actuation import clamp_activation
+from ..actuation import clamp_activation, held
 from ..types import Data, Model, make_data
 from ..smooth import integrate_pos
 from .fixed import dexp_inv
@@ -108,7 +108,7 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
         qpos = integrate_pos(model, inputs["qpos"], delta, 1.0)
         d = make_data(model).replace(**inputs).replace(qpos=qpos, qvel=qvel, act=act, time=inputs["time"] + s * h)
         d = forward_fn(model, d)
-        return h * dexp_inv(model, delta, qvel, exact=True), h * d.qacc, h * d.act_dot
+        return h * dexp_inv(model, delta, qvel, exact=True), h * d.qacc, h * held(model, d.act_dot)
 
     y0 = (jnp.zeros_like(data.qvel), data.qvel, data.act)
     sol = diffrax.diffeqsolve(
