@@ -500,7 +500,8 @@ def step(model: Model, data: Data) -> Data:
     warning = data.warning + fired.astype(jnp.int32)
     warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
     bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR]
-    recorded = history.record_ctrl(model, data)  # delayed actuators' controls (mj_advance)
+    # the history buffers record the controls and the sensors' current values (mj_advance)
+    recorded = history.record(model, data, sensor.current_values(model, data) if history.sensor_buffers(model) else None)
     if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
                     jnp.zeros_like(data.qacc_warmstart), recorded)  # fmt: skip
@@ -509,14 +510,14 @@ def step(model: Model, data: Data) -> Data:
         fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history)
         diverged = data.diverged | bad
     fresh = (new.qpos, new.qvel, new.act, new.time, data.qacc, recorded)
-    qpos, qvel, act, time, warmstart, ctrl_history = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
+    qpos, qvel, act, time, warmstart, buffers = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
     return new.replace(
         qpos=qpos,
         qvel=qvel,
         act=act,
         time=time,
         qacc_warmstart=warmstart,
-        history=ctrl_history,
+        history=buffers,
         ctrl=ctrl,
         qfrc_applied=qfrc_applied,
         xfrc_applied=xfrc_applied,

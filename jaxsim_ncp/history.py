@@ -1,16 +1,22 @@
-"""Delayed actuators: MuJoCo 4's control history buffers (mju_historyInsert / mju_historyRead).
+"""Delays and sample intervals: MuJoCo 4's history buffers (mju_historyInsert / mju_historyRead).
 
-An actuator with `nsample` > 0 keeps its last nsample controls and their times in
-`Data.history`, in MuJoCo's layout (so a buffer copies to or from `mjData.history`):
-[user, cursor, times(n), values(n)], a ring whose newest sample sits at `cursor`. `step`
-records (time, ctrl) at the start of each step, as mj_advance does; the actuator reads its
-control at time - delay (`actuator_delay`, when nonzero), held (interp 0), linear (1) or a
-cubic Hermite spline with Catmull-Rom slopes (2) between the bracketing samples, and the
-oldest or newest sample outside them (mj_readCtrl). Reads are differentiable in the stored
-controls and, where interpolated, in the delay.
+An actuator or sensor with `nsample` > 0 keeps its last nsample values and their times in
+`Data.history`, in MuJoCo's layout and addresses (so it copies to or from `mjData.history`):
+[user, cursor, times(n), values(n x dim)], a ring whose newest sample sits at `cursor`.
+`step` records each buffer at the start of the step, as mj_advance does: an actuator's ctrl;
+a sensor's current (undelayed) value, every step, or with an `interval` only once the
+previous sample (`user`, advanced by the period) is a period old.
+Reads, at a time t: held (interp 0), linear (1) or a cubic Hermite spline with Catmull-Rom
+slopes (2) between the bracketing samples, the oldest or newest sample outside them. An
+actuator with a nonzero `delay` acts on its buffer read at time - delay (mj_readCtrl); a
+sensor with a positive delay reports its buffer read at time - delay, and an interval sensor
+between its samples reports its buffer read at the current time (compute_or_read_sensor).
+Reads are differentiable in the stored values and, where interpolated, in the delay.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -19,16 +25,28 @@ from .types import Data, Model
 MINVAL = 1e-15  # mjMINVAL: times closer than this are one sample
 
 
-def _logical(buf: jnp.ndarray, n: int):
-    """(physical index of each logical slot, oldest first; times; values) of one buffer."""
+class Buffer(NamedTuple):
+    index: int  # actuator or sensor
+    n: int  # samples
+    dim: int
+    interp: int
+    start: int  # address in Data.history
+
+    @property
+    def where(self) -> slice:
+        return slice(self.start, self.start + 2 + self.n * (1 + self.dim))
+
+
+def _logical(buf: jnp.ndarray, n: int, dim: int):
+    """(physical index of each logical slot, oldest first; times (n,); values (n, dim))."""
     cursor = buf[1].astype(jnp.int32)
     phys = (cursor + 1 + jnp.arange(n)) % n
-    return phys, buf[2 : 2 + n][phys], buf[2 + n : 2 + 2 * n][phys]
+    return phys, buf[2 : 2 + n][phys], buf[2 + n :].reshape(n, dim)[phys]
 
 
-def read(buf: jnp.ndarray, n: int, t, interp: int):
-    """The buffer's value at time t (mju_historyRead with dim = 1)."""
-    _, times, values = _logical(buf, n)
+def read(buf: jnp.ndarray, n: int, dim: int, t, interp: int):
+    """The buffer's (dim,) value at time t (mju_historyRead)."""
+    _, times, values = _logical(buf, n, dim)
     i = jnp.clip(jnp.sum(times < t), 1, n - 1)  # times[i-1] < t <= times[i] where it matters
     lo, hi = values[i - 1], values[i]
     span = times[i] - times[i - 1]
@@ -50,63 +68,101 @@ def read(buf: jnp.ndarray, n: int, t, interp: int):
     return jnp.where(inside, between, at)
 
 
-def insert(buf: jnp.ndarray, n: int, t, value) -> jnp.ndarray:
+def insert(buf: jnp.ndarray, n: int, dim: int, t, value) -> jnp.ndarray:
     """The buffer with (t, value) recorded (mju_historyInsert): a time within MINVAL of a sample
     overwrites its value; a time before the oldest replaces the oldest; otherwise the samples
     before t move one slot towards the old end, dropping the oldest, and t takes the freed slot
     (after the newest: the ring's cursor advances)."""
-    phys, times, values = _logical(buf, n)
+    phys, times, values = _logical(buf, n, dim)
     i = jnp.sum(times < t)  # historyFindIndex
     exact = (i < n) & (jnp.abs(t - times[jnp.minimum(i, n - 1)]) < MINVAL)
     slot = jnp.where(exact, i, jnp.maximum(i - 1, 0))
     j = jnp.arange(n)
     shifted = ~exact & (j < slot)  # 0 < i: logical j takes j + 1
     new_times = jnp.where(j == slot, jnp.where(exact, times, t), jnp.where(shifted, jnp.roll(times, -1), times))
-    new_values = jnp.where(j == slot, value, jnp.where(shifted, jnp.roll(values, -1), values))
+    new_values = jnp.where((j == slot)[:, None], value, jnp.where(shifted[:, None], jnp.roll(values, -1, axis=0), values))
     advance = ~exact & (i == n)  # MuJoCo moves the cursor instead of the samples
     cursor = jnp.where(advance, (buf[1].astype(jnp.int32) + 1) % n, buf[1].astype(jnp.int32))
     phys = jnp.where(advance, (cursor + 1 + j) % n, phys)
     return jnp.concatenate([
         buf[:1], cursor.astype(buf.dtype)[None],
-        jnp.zeros(n, buf.dtype).at[phys].set(new_times), jnp.zeros(n, buf.dtype).at[phys].set(new_values),
+        jnp.zeros(n, buf.dtype).at[phys].set(new_times), jnp.zeros((n, dim), buf.dtype).at[phys].set(new_values).reshape(-1),
     ])  # fmt: skip
 
 
-def initial(model: Model) -> jnp.ndarray:
-    """mj_resetData's buffers: times -n dt, ..., -dt, values 0, the newest at slot n - 1."""
-    parts = []
-    for n in model.topology.actuator_nsample:
-        if n:
-            times = -(n - jnp.arange(n, dtype=model.dtype)) * model.opt.timestep
-            parts.append(jnp.concatenate([jnp.array([0.0, n - 1], model.dtype), times, jnp.zeros(n, model.dtype)]))
-    return jnp.concatenate(parts) if parts else jnp.zeros((0,), model.dtype)
-
-
-def _buffers(model: Model):
-    """(actuator, nsample, interp, slice of Data.history) of each actuator with a buffer."""
+def actuator_buffers(model: Model) -> list[Buffer]:
     topo = model.topology
-    adr = 0
-    for a, (n, interp) in enumerate(zip(topo.actuator_nsample, topo.actuator_interp)):
-        if n:
-            yield a, n, interp, slice(adr, adr + 2 + 2 * n)
-            adr += 2 + 2 * n
+    return [Buffer(a, n, 1, interp, adr) for a, (n, interp, adr)
+            in enumerate(zip(topo.actuator_nsample, topo.actuator_interp, topo.actuator_historyadr)) if n]  # fmt: skip
+
+
+def sensor_buffers(model: Model) -> list[Buffer]:
+    topo = model.topology
+    return [Buffer(s, n, dim, interp, adr) for s, (n, dim, interp, adr)
+            in enumerate(zip(topo.sensor_nsample, topo.sensor_dim, topo.sensor_interp, topo.sensor_historyadr)) if n]  # fmt: skip
+
+
+def initial(model: Model) -> jnp.ndarray:
+    """mj_resetData's buffers: values 0, the newest at slot n - 1, times -n dt, ..., -dt; an interval
+    sensor's times a period apart up to its phase (or -period), rounded up to the timestep, and that
+    time as its last sample time (`user`)."""
+    dt, dtype = model.opt.timestep, model.dtype
+    out = jnp.zeros((model.topology.nhistory,), dtype)
+    for kind, buffers in (("actuator", actuator_buffers(model)), ("sensor", sensor_buffers(model))):
+        for b in buffers:
+            logical = jnp.arange(b.n, dtype=dtype)
+            user, times = -dt, -(b.n - logical) * dt
+            if kind == "sensor":
+                period, phase = model.sensor_interval[b.index, 0], model.sensor_interval[b.index, 1]
+                last = jnp.where(phase == 0, -period, phase)
+                spaced = jnp.ceil((last - (b.n - 1 - logical) * period) / dt) * dt
+                user, times = jnp.where(period > 0, last, -dt), jnp.where(period > 0, spaced, times)
+            if kind == "actuator":
+                user = jnp.zeros((), dtype)
+            head = jnp.stack([jnp.asarray(user, dtype), jnp.asarray(b.n - 1, dtype)])
+            out = out.at[b.where].set(jnp.concatenate([head, times, jnp.zeros(b.n * b.dim, dtype)]))
+    return out
 
 
 def delayed_ctrl(model: Model, data: Data):
     """The controls the actuators act on: ctrl, or for a delayed actuator (nonzero actuator_delay,
     a buffer) its buffer read at time - delay (mj_fwdActuation via mj_readCtrl)."""
     ctrl = data.ctrl
-    for a, n, interp, where in _buffers(model):
-        delay = model.actuator_delay[a]
-        ctrl = ctrl.at[a].set(jnp.where(delay != 0, read(data.history[where], n, data.time - delay, interp), ctrl[a]))
+    for b in actuator_buffers(model):
+        delay = model.actuator_delay[b.index]
+        delayed = read(data.history[b.where], b.n, 1, data.time - delay, b.interp)[0]
+        ctrl = ctrl.at[b.index].set(jnp.where(delay != 0, delayed, ctrl[b.index]))
     return ctrl
 
 
-def record_ctrl(model: Model, data: Data) -> jnp.ndarray:
-    """Data.history with each buffered actuator's (time, ctrl) recorded (mj_advance)."""
-    parts = [insert(data.history[where], n, data.time, data.ctrl[a]) for a, n, _, where in _buffers(model)]
-    return jnp.concatenate(parts) if parts else data.history
+def sensor_readings(model: Model, data: Data, values: jnp.ndarray) -> jnp.ndarray:
+    """sensordata from the sensors' current values: a sensor with a positive delay reads its buffer
+    at time - delay; an interval sensor reads it at the current time until its next sample is due
+    (compute_or_read_sensor)."""
+    adr = model.topology.sensor_adr
+    for b in sensor_buffers(model):
+        delay, period = model.sensor_delay[b.index], model.sensor_interval[b.index, 0]
+        buf = data.history[b.where]
+        delayed = read(buf, b.n, b.dim, data.time - jnp.maximum(delay, 0.0), b.interp)  # the current time: interval
+        now = values[adr[b.index] : adr[b.index] + b.dim]
+        due = (period <= 0) | (buf[0] + period <= data.time)
+        values = values.at[adr[b.index] : adr[b.index] + b.dim].set(jnp.where((delay > 0) | ~due, delayed, now))
+    return values
 
 
-def nhistory(model: Model) -> int:
-    return int(sum(2 + 2 * n for n in model.topology.actuator_nsample if n))
+def record(model: Model, data: Data, sensor_values: jnp.ndarray | None) -> jnp.ndarray:
+    """Data.history after mj_advance's recording at data.time: every buffered actuator's ctrl and,
+    given the sensors' current values, every buffered sensor's (an interval sensor's only when due,
+    its last sample time advanced by the period)."""
+    history = data.history
+    for b in actuator_buffers(model):
+        history = history.at[b.where].set(insert(history[b.where], b.n, 1, data.time, data.ctrl[b.index : b.index + 1]))
+    adr = model.topology.sensor_adr
+    for b in sensor_buffers(model):
+        buf = history[b.where]
+        period = model.sensor_interval[b.index, 0]
+        due = (period <= 0) | (buf[0] + period <= data.time)
+        recorded = insert(buf, b.n, b.dim, data.time, sensor_values[adr[b.index] : adr[b.index] + b.dim])
+        recorded = recorded.at[0].set(jnp.where(period > 0, buf[0] + period, buf[0]))
+        history = history.at[b.where].set(jnp.where(due, recorded, buf))
+    return history

@@ -274,6 +274,11 @@ def from_mujoco(
         actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
         actuator_nsample=ints(m.actuator_history[:, 0]),
         actuator_interp=ints(m.actuator_history[:, 1]),
+        actuator_historyadr=ints(m.actuator_historyadr),
+        sensor_nsample=ints(np.reshape(m.sensor_history, (-1, 2))[:, 0]),
+        sensor_interp=ints(np.reshape(m.sensor_history, (-1, 2))[:, 1]),
+        sensor_historyadr=ints(m.sensor_historyadr),
+        nhistory=int(m.nhistory),
         actuator_disabled=tuple(bool(0 <= g <= 30 and int(m.opt.disableactuator) & (1 << int(g))) for g in m.actuator_group),
         actuator_slidersite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SLIDERCRANK) else -1
@@ -431,6 +436,8 @@ def from_mujoco(
         tendon_invweight0=f(m.tendon_invweight0),
         tendon_actfrcrange=f(np.reshape(m.tendon_actfrcrange, (-1, 2))),
         sensor_cutoff=f(m.sensor_cutoff),
+        sensor_delay=f(m.sensor_delay),
+        sensor_interval=f(np.reshape(m.sensor_interval, (-1, 2))),
         actuator_gear=f(m.actuator_gear),
         actuator_gainprm=f(m.actuator_gainprm),
         actuator_biasprm=f(m.actuator_biasprm),
@@ -639,9 +646,6 @@ def _check_sensors(m: mujoco.MjModel, unsupported) -> None:
             _check_distance_sensor(m, i, sname, unsupported)
         if kind == sensor.Sens.RANGEFINDER and int(m.sensor_objtype[i]) != mujoco.mjtObj.mjOBJ_SITE:
             unsupported(f"sensor {sname!r}: a rangefinder on a camera (a depth image; sensor/camera)")
-        for attr in ("delay", "interval", "history"):
-            if np.any(np.asarray(getattr(m, f"sensor_{attr}"))[i] != 0):
-                unsupported(f"sensor {sname!r}/{attr}")
 
 
 def _distance_sensor_pairs(m: mujoco.MjModel, i: int) -> list[tuple[int, int]]:

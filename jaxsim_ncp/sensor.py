@@ -25,7 +25,7 @@ from enum import IntEnum
 import jax.numpy as jnp
 import numpy as np
 
-from . import collision, constraint, math, passive, ray, smooth
+from . import collision, constraint, history, math, passive, ray, smooth
 from .types import TRN_TENDON, Data, Model
 
 
@@ -574,10 +574,16 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
 
 
 def sensors(model: Model, data: Data) -> Data:
-    """Data.sensordata: every sensor's value in MuJoCo's order, with its cutoff applied."""
-    topo = model.topology
-    if not topo.sensor_type:
+    """Data.sensordata: every sensor's value in MuJoCo's order, with its cutoff applied, or what its
+    history buffer holds for it (a delay or a sample interval, history.py)."""
+    if not model.topology.sensor_type:
         return data
+    return data.replace(sensordata=history.sensor_readings(model, data, current_values(model, data)))
+
+
+def current_values(model: Model, data: Data):
+    """Every sensor's value at data's state (mj_computeSensor), with its cutoff applied."""
+    topo = model.topology
     shared = _Shared(model, data)
     values = jnp.concatenate([jnp.asarray(_value(model, data, i, shared), model.dtype) for i in range(len(topo.sensor_type))])
     dim = np.asarray(topo.sensor_dim, dtype=np.int64)
@@ -586,4 +592,4 @@ def sensors(model: Model, data: Data) -> Data:
     # a from-to sensor's cutoff is its range; a contact sensor's is ignored
     on = (cutoff > 0) & ~np.isin(np.repeat(np.asarray(topo.sensor_type), dim), [Sens.GEOMFROMTO, Sens.CONTACT])
     clipped = jnp.where(datatype == _REAL, jnp.clip(values, -cutoff, cutoff), jnp.where(datatype == _POSITIVE, jnp.minimum(values, cutoff), values))
-    return data.replace(sensordata=jnp.where(on, clipped, values))
+    return jnp.where(on, clipped, values)

@@ -185,8 +185,14 @@ class Topology:
     actuator_refsite: tuple[int, ...] = ()
     actuator_refsite_shared_dofs: tuple[tuple[int, ...], ...] = ()
     actuator_slidersite: tuple[int, ...] = ()  # slider-crank transmissions: the slider site (-1: none)
-    actuator_nsample: tuple[int, ...] = ()  # control history buffer length (history.py; 0: none)
-    actuator_interp: tuple[int, ...] = ()  # its interpolation: 0 hold, 1 linear, 2 cubic
+    # history buffers (history.py; nsample 0: none), at their addresses in Data.history (nhistory values)
+    actuator_nsample: tuple[int, ...] = ()
+    actuator_interp: tuple[int, ...] = ()  # read as 0 held, 1 linear, 2 cubic
+    actuator_historyadr: tuple[int, ...] = ()
+    sensor_nsample: tuple[int, ...] = ()
+    sensor_interp: tuple[int, ...] = ()
+    sensor_historyadr: tuple[int, ...] = ()
+    nhistory: int = 0
     actuator_disabled: tuple[bool, ...] = ()  # in a group of option/actuatorgroupdisable (mj_actuatorDisabled)
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
@@ -201,6 +207,10 @@ class Topology:
     @property
     def nsensordata(self) -> int:
         return sum(self.sensor_dim)
+
+    @property
+    def sensor_adr(self) -> tuple[int, ...]:
+        return tuple(int(a) for a in np.cumsum((0,) + self.sensor_dim[:-1])) if self.sensor_dim else ()
 
     # ------------------------------------------------------------ derived structure
     @property
@@ -643,6 +653,8 @@ class Model(eqx.Module):
     actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
     actuator_cranklength: Float[Array, " nu"]  # slider-crank transmissions: the rod's length
     actuator_delay: Float[Array, " nu"]  # control delay, read from the actuator's history buffer (history.py)
+    sensor_delay: Float[Array, " nsensor"]  # reading delay (history.py)
+    sensor_interval: Float[Array, "nsensor 2"]  # sample period and phase (history.py)
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
     geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] | None = None
 
@@ -809,7 +821,7 @@ class Data(eqx.Module):
     efc_force: Float[Array, " nefc"]
     efc_mask: Bool[Array, " nefc"]
     sensordata: Float[Array, " nsensordata"]  # in MuJoCo's order (sensor.py)
-    history: Float[Array, " nhistory"]  # delayed actuators' control history buffers (history.py), MuJoCo's layout
+    history: Float[Array, " nhistory"]  # actuators' and sensors' history buffers (history.py), as mjData.history
 
     def replace(self, **changes) -> "Data":
         return dataclasses.replace(self, **changes)

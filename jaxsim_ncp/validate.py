@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import history
 from .types import Data, JointType, Model
 
 _GEOM_SIZES = {2: 1, 3: 2, 4: 3, 5: 2, 6: 3}  # sphere, capsule, ellipsoid, cylinder, box: sizes used
@@ -66,7 +65,7 @@ def _expected_shape(model: Model, field: str, cls: type = Model) -> tuple[int | 
         return None
     sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu, "na": model.na,
              "ngeom": model.ngeom, "neq": len(model.eq_obj1id), "nmocap": model.topology.nmocap,
-             "nhistory": history.nhistory(model)}  # fmt: skip
+             "nhistory": model.topology.nhistory}  # fmt: skip
     dims = match.group(1).split()
     return tuple(int(d) if d.isdigit() else sizes.get(d) for d in dims)
 

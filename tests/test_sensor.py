@@ -255,7 +255,6 @@ def test_acceleration_stage_sensors_match_mujoco(cone):
     "sensor,match",
     [("<rangefinder name='lidar' camera='c'/>", "sensor 'lidar': a rangefinder on a camera"),
      ("<user name='custom' dim='2'/>", "sensor 'custom' of type user"),
-     ("<contact name='touching' geom1='g' nsample='2'/>", "sensor 'touching'/history"),
      ("<framepos name='cam' objtype='camera' objname='c'/>", "sensor 'cam' on a camera")],
 )
 def test_unsupported_sensors_are_refused_by_name(sensor, match):
