@@ -252,11 +252,9 @@ def next_activation(model: Model, act, act_dot):
 def held(model: Model, act_dot):
     """act_dot with the activations of disabled actuators (actuator groups) held: mj_advance
     integrates them with a zero rate."""
-    disabled = np.asarray(model.topology.actuator_disabled, dtype=bool)
-    if not disabled.any():
-        return act_dot
-    adr = np.asarray(model.topology.actuator_actadr, dtype=np.int64)[disabled & (np.asarray(model.topology.actuator_actadr) >= 0)]
-    return act_dot.at[adr].set(0.0)
+    adr = np.asarray(model.topology.actuator_actadr, dtype=np.int64)
+    held_adr = adr[np.asarray(model.topology.actuator_disabled, dtype=bool) & (adr >= 0)]
+    return act_dot.at[held_adr].set(0.0) if len(held_adr) else act_dot
 
 
 def clamp_activation(model: Model, act):

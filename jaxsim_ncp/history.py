@@ -103,24 +103,24 @@ def sensor_buffers(model: Model) -> list[Buffer]:
 
 
 def initial(model: Model) -> jnp.ndarray:
-    """mj_resetData's buffers: values 0, the newest at slot n - 1, times -n dt, ..., -dt; an interval
-    sensor's times a period apart up to its phase (or -period), rounded up to the timestep, and that
-    time as its last sample time (`user`)."""
+    """mj_resetData's buffers: values 0, the newest at slot n - 1, times -n dt, ..., -dt (`user` 0 for
+    an actuator, -dt for a sensor); an interval sensor's times a period apart up to its phase (or
+    -period), rounded up to the timestep, and that time as its last sample time (`user`)."""
     dt, dtype = model.opt.timestep, model.dtype
     out = jnp.zeros((model.topology.nhistory,), dtype)
-    for kind, buffers in (("actuator", actuator_buffers(model)), ("sensor", sensor_buffers(model))):
-        for b in buffers:
-            logical = jnp.arange(b.n, dtype=dtype)
-            user, times = -dt, -(b.n - logical) * dt
-            if kind == "sensor":
-                period, phase = model.sensor_interval[b.index, 0], model.sensor_interval[b.index, 1]
-                last = jnp.where(phase == 0, -period, phase)
-                spaced = jnp.ceil((last - (b.n - 1 - logical) * period) / dt) * dt
-                user, times = jnp.where(period > 0, last, -dt), jnp.where(period > 0, spaced, times)
-            if kind == "actuator":
-                user = jnp.zeros((), dtype)
-            head = jnp.stack([jnp.asarray(user, dtype), jnp.asarray(b.n - 1, dtype)])
-            out = out.at[b.where].set(jnp.concatenate([head, times, jnp.zeros(b.n * b.dim, dtype)]))
+
+    def reset(b: Buffer, user, times):
+        head = jnp.stack([jnp.asarray(user, dtype), jnp.asarray(b.n - 1, dtype)])
+        return out.at[b.where].set(jnp.concatenate([head, times, jnp.zeros(b.n * b.dim, dtype)]))
+
+    for b in actuator_buffers(model):
+        out = reset(b, 0.0, -(b.n - jnp.arange(b.n, dtype=dtype)) * dt)
+    for b in sensor_buffers(model):
+        logical = jnp.arange(b.n, dtype=dtype)
+        period, phase = model.sensor_interval[b.index, 0], model.sensor_interval[b.index, 1]
+        last = jnp.where(phase == 0, -period, phase)
+        spaced = jnp.ceil((last - (b.n - 1 - logical) * period) / dt) * dt
+        out = reset(b, jnp.where(period > 0, last, -dt), jnp.where(period > 0, spaced, -(b.n - logical) * dt))
     return out
 
 

@@ -67,7 +67,8 @@ def test_history_buffers_insert_and_read_as_mujoco():
 
 def test_delayed_actuators_follow_mujoco_with_finite_difference_gradients():
     """RK4 (its stages read the buffers at intermediate times): buffers, sensors and states step
-    for step with mj_step; d(final state)/d(controls, delays) against central differences."""
+    for step with mj_step. d(final state)/d(controls, delays) against central differences, with
+    Euler (the RK4 gradient compiles twice as long and differentiates the same reads)."""
     m = mujoco.MjModel.from_xml_string(_scene())
     d = mujoco.MjData(m)
     model = jsn.from_mujoco(m)
@@ -86,6 +87,8 @@ def test_delayed_actuators_follow_mujoco_with_finite_difference_gradients():
     assert np.abs(d.qpos[:2]).max() > 0.1  # the delayed actuators moved the joints
     assert d.sensordata[m.sensor_adr[4]] > 0  # the ball rests on the floor: its delayed touch reads its weight
 
+    model = jsn.load_mjcf(_scene("Euler"))
+    data = jsn.make_data(model)
     w = jnp.asarray(np.random.default_rng(1).normal(size=model.nq + model.nv))
 
     def loss(x):
@@ -94,7 +97,6 @@ def test_delayed_actuators_follow_mujoco_with_finite_difference_gradients():
         return w @ jnp.concatenate([final.qpos, final.qvel])
 
     check_directional(loss, (jnp.asarray(ctrl[:12]), model.actuator_delay), np.random.default_rng(2), n_dirs=2, rtol=1e-6)
-
 
 
 def test_disabled_actuator_groups_follow_mujoco():
