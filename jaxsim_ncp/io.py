@@ -233,7 +233,7 @@ def from_mujoco(
     bools = lambda x: tuple(bool(v) for v in np.asarray(x).reshape(-1))  # noqa: E731
     names = lambda objtype, n: tuple(mujoco.mj_id2name(m, objtype, i) or "" for i in range(n))  # noqa: E731
     rangefinders = bool(np.any(np.asarray(m.sensor_type) == int(sensor.Sens.RANGEFINDER)))
-    geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, -1))
+    geom_fluid = np.reshape(m.geom_fluid, (m.ngeom, mujoco.mjNFLUID))
     fluid_interaction = geom_fluid[:, 0] > 0
     topology = Topology(
         body_parentid=ints(m.body_parentid),

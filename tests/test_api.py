@@ -6,6 +6,7 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 
@@ -207,3 +208,19 @@ def test_xfrc_applied_and_qfrc_applied_agree_with_mujoco():
     out = jsn.forward(model, jsn.make_data(model).replace(
         qfrc_applied=jnp.asarray(d.qfrc_applied), xfrc_applied=jnp.asarray(d.xfrc_applied)))
     np.testing.assert_allclose(out.qacc, d.qacc, rtol=1e-9, atol=1e-9)
+
+
+def test_a_model_without_geoms_loads_and_follows_mujoco():
+    """No geom at all (an empty world; a body given by its inertial only): loads and steps."""
+    assert jsn.make_data(jsn.load_mjcf("<mujoco/>")).qpos.shape == (0,)
+    xml = ("<mujoco><worldbody><body><joint name='j' type='slide' axis='0 0 1'/><inertial pos='0 0 0' mass='2' diaginertia='.1 .1 .1'/>"
+           "</body></worldbody><actuator><motor joint='j'/></actuator></mujoco>")
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    model = jsn.from_mujoco(m)
+    final, _ = jax.jit(jsn.rollout)(model, jsn.make_data(model), jnp.ones((5, 1)))
+    for _ in range(5):
+        d.ctrl[:] = 1.0
+        mujoco.mj_step(m, d)
+    np.testing.assert_allclose(final.qpos, d.qpos, rtol=1e-12)
+    assert d.qpos[0] < 0  # gravity beats the motor
