@@ -84,10 +84,17 @@ def _cost_change(A, f, old, res):
     return jnp.where(worse, old, f), jnp.where(worse, 0.0, change)
 
 
+def _clamp(x, bound):
+    """x clamped to [-bound, bound] as MuJoCo's branches do. Where x equals a bound (or the bound
+    is 0 and so is x: a pair of unloaded pyramid edges), the derivative is the bound's, one-sided:
+    jnp.clip's tie would send half of it to x, which is no derivative of the map."""
+    return jnp.where(x >= bound, bound, jnp.where(x <= -bound, -bound, x))
+
+
 def _dry(f, res, A, floss, mu):
     """A dry-friction row: the unconstrained minimum clamped to [-frictionloss, frictionloss]."""
     inv = 1.0 / jnp.maximum(_MINVAL, A[0, 0])
-    new = jnp.clip(f[0] - res[0] * inv, -floss, floss)
+    new = _clamp(f[0] - res[0] * inv, floss)
     d = new - f[0]
     return f.at[0].set(new), 0.5 * d * d / inv + d * res[0]
 
@@ -100,7 +107,7 @@ def _pair(f, res, A, floss, mu):
     K1 = Ac[0, 0] + Ac[1, 1] - Ac[0, 1] - Ac[1, 0]
     K0 = mid * (Ac[0, 0] - Ac[1, 1]) + bc[0] - bc[1]
     flat = K1 < _MINVAL  # no curvature along y: both edges at mid
-    y = jnp.where(flat, 0.0, jnp.clip(-K0 / jnp.where(flat, 1.0, K1), -mid, mid))
+    y = jnp.where(flat, 0.0, _clamp(-K0 / jnp.where(flat, 1.0, K1), mid))
     new, change = _cost_change(Ac, jnp.stack([mid + y, mid - y]), old, r)
     return f.at[:2].set(new), change
 
@@ -202,10 +209,12 @@ def _sweeps(model: Model, blk: Blocks, M, qacc_smooth, efc: Efc, force, friction
     updates = [_UPDATES[k] for k in kinds]
     nefc = force.shape[0]
     J = constraint.dense_jacobian(efc) * efc.mask[:, None]
-    A = J @ linalg.solve_spd(M, J.T)
-    # padded by a block's width: the last block may reach past the last row
-    A_pad = jnp.pad(A, ((0, _WIDTH), (0, _WIDTH)))
-    A_pad = A_pad.at[jnp.arange(nefc), jnp.arange(nefc)].set(jnp.maximum(1e-10, jnp.diagonal(A)))  # extractBlock's clamp
+    # A = J M^-1 J^T is never formed (nefc^2: every contact slot's rows, active or not; 9 GB for a
+    # dog model's 34k rows): a block reads its rows of J and of M^-1 J^T, and its residual rows
+    # A_s f = J_s v through v = M^-1 J^T f, which each block's force change updates.
+    # Padded by a block's width: the last block may reach past the last row.
+    J_pad = jnp.pad(J, ((0, _WIDTH), (0, 0)))
+    MinvJT_pad = jnp.pad(linalg.solve_spd(M, J.T), ((0, 0), (0, _WIDTH)))
     b_pad = jnp.pad(constraint.apply(efc, qacc_smooth) - efc.aref, (0, _WIDTH))
     order = _sweep_order(model, blk, slots)
     branch = np.searchsorted(kinds, blk.kind)
@@ -216,24 +225,33 @@ def _sweeps(model: Model, blk: Blocks, M, qacc_smooth, efc: Efc, force, friction
     owner = isl.row
 
     def block(k, carry):
-        f, improvement, done = carry  # f: the forces padded as A_pad
+        f, v, improvement, done = carry  # f: the forces, padded; v = M^-1 J^T f
         s = start[k]
         fw = jax.lax.dynamic_slice(f, (s,), (_WIDTH,))
-        Aw = jax.lax.dynamic_slice(A_pad, (s, s), (_WIDTH, _WIDTH))
-        Aw = jnp.where(kind[k] == _DRY, Aw.at[0, 0].set(A[s, s]), Aw)  # ARdiaginv: unclamped (_dry floors it at mjMINVAL)
-        res = jax.lax.dynamic_slice(b_pad, (s,), (_WIDTH,)) + jax.lax.dynamic_slice(A_pad, (s, 0), (_WIDTH, nefc + _WIDTH)) @ f
+        Js = jax.lax.dynamic_slice(J_pad, (s, 0), (_WIDTH, J.shape[1]))
+        MinvJTs = jax.lax.dynamic_slice(MinvJT_pad, (0, s), (J.shape[1], _WIDTH))
+        Aw = Js @ MinvJTs
+        diag = jnp.diagonal(Aw)
+        # extractBlock's clamp of the diagonal (rows past the last are padding), which the residual reads too
+        clamped = jnp.where(s + jnp.arange(_WIDTH) < nefc, jnp.maximum(1e-10, diag), diag)
+        res = jax.lax.dynamic_slice(b_pad, (s,), (_WIDTH,)) + Js @ v + (clamped - diag) * fw
+        Aw = Aw.at[jnp.arange(_WIDTH), jnp.arange(_WIDTH)].set(clamped)
+        Aw = jnp.where(kind[k] == _DRY, Aw.at[0, 0].set(diag[0]), Aw)  # ARdiaginv: unclamped (_dry floors it at mjMINVAL)
         new, change = jax.lax.switch(branch[k], updates, fw, res, Aw, efc.frictionloss[s], mu[k])
         take = efc.mask[s] & ~jnp.append(done, True)[owner[s]]  # a row of no island: absent
-        f = jax.lax.dynamic_update_slice(f, jnp.where(take, new, fw), (s,))
-        return f, improvement.at[owner[s]].add(jnp.where(take, -change, 0.0), mode="drop"), done
+        new = jnp.where(take, new, fw)
+        f = jax.lax.dynamic_update_slice(f, new, (s,))
+        v = v + MinvJTs @ (new - fw)
+        return f, v, improvement.at[owner[s]].add(jnp.where(take, -change, 0.0), mode="drop"), done
 
     def sweep(i, carry):
-        f, done = carry
+        f, v, done = carry
         # iteration 0 counts the regularizer's cost the sweeps remove (mj_solNoSlip's correction)
         start_cost = island.segment_sum(0.5 * jnp.where(efc.mask, f[:nefc] ** 2 * efc.R, 0.0), owner, isl)
         improvement = jnp.where(i == 0, start_cost, 0.0)
-        f, improvement, _ = jax.lax.fori_loop(0, len(blk.kind), block, (f, improvement, done))
-        return f, done | (improvement * scale < opt.noslip_tolerance)
+        f, v, improvement, _ = jax.lax.fori_loop(0, len(blk.kind), block, (f, v, improvement, done))
+        return f, v, done | (improvement * scale < opt.noslip_tolerance)
 
     f = jnp.pad(force, (0, _WIDTH))
-    return jax.lax.fori_loop(0, opt.noslip_iterations, sweep, (f, jnp.zeros(isl.count, bool)))[0][:nefc]
+    v = MinvJT_pad @ f
+    return jax.lax.fori_loop(0, opt.noslip_iterations, sweep, (f, v, jnp.zeros(isl.count, bool)))[0][:nefc]
