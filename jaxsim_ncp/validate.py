@@ -149,7 +149,7 @@ def check_model(model: Model) -> None:
            "principal inertias violate the triangle inequality (no rigid body has them)")  # fmt: skip
 
     for field in ("dof_damping", "dof_armature", "tendon_armature", "actuator_damping", "actuator_armature", "dof_frictionloss", "jnt_stiffness", "jnt_margin",
-                  "geom_margin", "geom_gap", "pair_margin", "pair_gap"):  # fmt: skip
+                  "geom_margin", "geom_gap", "pair_margin", "pair_gap", "actuator_delay", "sensor_delay"):  # fmt: skip
         c.fail(field, c.leaf(field) < 0, "must be non-negative")
     for field in ("geom_friction", "pair_friction"):
         c.fail(field, np.any(c.leaf(field) < 0, axis=-1), "friction coefficients must be non-negative")

@@ -274,6 +274,7 @@ BAD_PARAMETERS = [
     (lambda m: m.dof_armature, lambda m: m.dof_armature.at[12].set(-1.0), 'dof_armature of joint "swing".*non-negative'),
     (lambda m: m.geom_pos, lambda m: m.geom_pos.at[0, 2].set(jnp.inf), 'geom_pos of geom "floor": non-finite'),
     (lambda m: m.actuator_gear, lambda m: m.actuator_gear.at[0, 0].set(jnp.nan), 'actuator_gear of actuator "drive": non-finite'),
+    (lambda m: m.actuator_delay, lambda m: m.actuator_delay.at[0].set(-0.01), 'actuator_delay of actuator "drive".*non-negative'),
     (lambda m: m.opt.timestep, lambda m: jnp.asarray(0.0), "opt.timestep: must be positive"),
     (lambda m: m.opt.gravity, lambda m: m.opt.gravity.at[2].set(jnp.nan), "opt.gravity.*non-finite"),
     (lambda m: m.opt.density, lambda m: jnp.asarray(1.2), "opt.density.*loaded without a medium"),
