@@ -361,6 +361,7 @@ def actuator_velocity_derivative(model: Model, data: Data):
     if model.nu == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     length, moment = transmission(model, data)
+    # the current ctrl even for a delayed actuator, as mjd_actuator_vel reads d->ctrl
     inp = _activation_input(model, data, clamped_ctrl(model, data.ctrl))
     velocity = moment @ data.qvel
     slope = jax.jvp(lambda v: _gain_and_bias(model, length, v), (velocity,), (jnp.ones_like(velocity),))[1]

@@ -500,8 +500,10 @@ def step(model: Model, data: Data) -> Data:
     warning = data.warning + fired.astype(jnp.int32)
     warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
     bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR]
-    # the history buffers record the controls and the sensors' current values (mj_advance)
-    recorded = history.record(model, data, sensor.current_values(model, data) if history.sensor_buffers(model) else None)
+    # the history buffers record the controls and the buffered sensors' current values, which
+    # sensordata does not hold for a delayed sensor (mj_advance recomputes them too)
+    buffered = tuple(b.index for b in history.sensor_buffers(model))
+    recorded = history.record(model, data, sensor.current_values(model, data, buffered) if buffered else None)
     if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
                     jnp.zeros_like(data.qacc_warmstart), recorded)  # fmt: skip

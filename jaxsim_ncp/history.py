@@ -152,17 +152,18 @@ def sensor_readings(model: Model, data: Data, values: jnp.ndarray) -> jnp.ndarra
 
 def record(model: Model, data: Data, sensor_values: jnp.ndarray | None) -> jnp.ndarray:
     """Data.history after mj_advance's recording at data.time: every buffered actuator's ctrl and,
-    given the sensors' current values, every buffered sensor's (an interval sensor's only when due,
-    its last sample time advanced by the period)."""
+    given the buffered sensors' current values (concatenated in `sensor_buffers` order), every
+    buffered sensor's (an interval sensor's only when due, its last sample time advanced by the period)."""
     history = data.history
     for b in actuator_buffers(model):
         history = history.at[b.where].set(insert(history[b.where], b.n, 1, data.time, data.ctrl[b.index : b.index + 1]))
-    adr = model.topology.sensor_adr
+    offset = 0
     for b in sensor_buffers(model):
         buf = history[b.where]
         period = model.sensor_interval[b.index, 0]
         due = (period <= 0) | (buf[0] + period <= data.time)
-        recorded = insert(buf, b.n, b.dim, data.time, sensor_values[adr[b.index] : adr[b.index] + b.dim])
+        recorded = insert(buf, b.n, b.dim, data.time, sensor_values[offset : offset + b.dim])
+        offset += b.dim
         recorded = recorded.at[0].set(jnp.where(period > 0, buf[0] + period, buf[0]))
         history = history.at[b.where].set(jnp.where(due, recorded, buf))
     return history

@@ -581,15 +581,17 @@ def sensors(model: Model, data: Data) -> Data:
     return data.replace(sensordata=history.sensor_readings(model, data, current_values(model, data)))
 
 
-def current_values(model: Model, data: Data):
-    """Every sensor's value at data's state (mj_computeSensor), with its cutoff applied."""
+def current_values(model: Model, data: Data, which: tuple[int, ...] | None = None):
+    """The values of sensors `which` (default: all) at data's state (mj_computeSensor), concatenated
+    in that order, each with its cutoff applied."""
     topo = model.topology
+    which = tuple(range(len(topo.sensor_type))) if which is None else which
     shared = _Shared(model, data)
-    values = jnp.concatenate([jnp.asarray(_value(model, data, i, shared), model.dtype) for i in range(len(topo.sensor_type))])
-    dim = np.asarray(topo.sensor_dim, dtype=np.int64)
-    datatype = np.repeat(np.asarray(topo.sensor_datatype, dtype=np.int64), dim)
-    cutoff = jnp.repeat(model.sensor_cutoff, dim, total_repeat_length=int(dim.sum()))
+    values = jnp.concatenate([jnp.asarray(_value(model, data, i, shared), model.dtype) for i in which])
+    dim = np.asarray(topo.sensor_dim, dtype=np.int64)[list(which)]
+    datatype = np.repeat(np.asarray(topo.sensor_datatype, dtype=np.int64)[list(which)], dim)
+    cutoff = jnp.repeat(model.sensor_cutoff[np.asarray(which, dtype=np.int64)], dim, total_repeat_length=int(dim.sum()))
     # a from-to sensor's cutoff is its range; a contact sensor's is ignored
-    on = (cutoff > 0) & ~np.isin(np.repeat(np.asarray(topo.sensor_type), dim), [Sens.GEOMFROMTO, Sens.CONTACT])
+    on = (cutoff > 0) & ~np.isin(np.repeat(np.asarray(topo.sensor_type)[list(which)], dim), [Sens.GEOMFROMTO, Sens.CONTACT])
     clipped = jnp.where(datatype == _REAL, jnp.clip(values, -cutoff, cutoff), jnp.where(datatype == _POSITIVE, jnp.minimum(values, cutoff), values))
     return jnp.where(on, clipped, values)
