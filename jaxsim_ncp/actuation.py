@@ -26,12 +26,12 @@ MINVAL = 1e-15  # mjMINVAL
 
 
 def transmission(model: Model, data: Data):
-    """actuator_length (nu,) and moment (nu, nv): d length / d qpos in velocity coordinates."""
+    """actuator_length (nactuator,) and moment (nactuator, nv): d length / d qpos in velocity coordinates."""
     topo = model.topology
     gear = model.actuator_gear
     obj = np.asarray(topo.actuator_trnid, dtype=np.int64)
     trntype = np.asarray(topo.actuator_trntype, dtype=np.int64)
-    rows = np.arange(model.nu)
+    rows = np.arange(model.nactuator)
     on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
     jnt = np.where(on_joint, obj, 0)
     jtype = np.where(on_joint, np.asarray(topo.jnt_type, dtype=np.int64)[jnt], -1)
@@ -39,7 +39,7 @@ def transmission(model: Model, data: Data):
     dadr = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
     # hinge and slide (and the placeholder for the other kinds): l = gear q, moment = gear e_dof
     length = gear[:, 0] * data.qpos[qadr]
-    moment = jnp.zeros((model.nu, model.nv), model.dtype).at[rows, dadr].set(gear[:, 0])
+    moment = jnp.zeros((model.nactuator, model.nv), model.dtype).at[rows, dadr].set(gear[:, 0])
     in_parent = (trntype == TRN_JOINTINPARENT)[:, None]
 
     def gear_axis(g, quat_adr):  # the gear's rotational part, in the parent frame for jointinparent
@@ -222,7 +222,8 @@ def _gain_and_bias(model: Model, length, velocity):
     topo = model.topology
     gaintype, biastype = np.asarray(topo.actuator_gaintype), np.asarray(topo.actuator_biastype)
     g, b = model.actuator_gainprm, model.actuator_biasprm
-    gain = jnp.where(gaintype == GainType.AFFINE, g[:, 0] + g[:, 1] * length + g[:, 2] * velocity, g[:, 0])
+    gain = jnp.where(gaintype == GainType.AFFINE, g[:, 0] + g[:, 1] * length + g[:, 2] * velocity,
+                     jnp.where(gaintype == GainType.PID, 0.0, g[:, 0]))  # fmt: skip
     bias = jnp.where(biastype == BiasType.AFFINE, b[:, 0] + b[:, 1] * length + b[:, 2] * velocity, 0.0)
     if (gaintype == GainType.MUSCLE).any():
         gain = jnp.where(gaintype == GainType.MUSCLE, muscle_gain(model, length, velocity), gain)
@@ -235,38 +236,170 @@ def _time_constant(model: Model):
     return jnp.maximum(MINVAL, model.actuator_dynprm[:, 0])
 
 
-def next_activation(model: Model, act, act_dot):
-    """Activation after one timestep (mj_nextActivation): Euler or exact filter, then actrange clamp."""
+INPUT_POS, INPUT_VEL, INPUT_FF = 1, 2, 4  # mjtCtrlInput bits of a control block
+
+
+def _actnum(topo) -> np.ndarray:
+    """Activation states per actuator (one per stateful actuator where the topology predates actnum)."""
+    if topo.actuator_actnum:
+        return np.asarray(topo.actuator_actnum, dtype=np.int64)
+    return (np.asarray(topo.actuator_dyntype) != DynType.NONE).astype(np.int64)
+
+
+def _activation_slots(model: Model):
+    """(act addresses, owning actuator) of every activation state (static)."""
     topo = model.topology
-    stateful = np.nonzero(np.asarray(topo.actuator_dyntype) != DynType.NONE)[0]
-    if len(stateful) == 0 or model.opt.disabled("actuation"):
-        return act
-    adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
+    adr, num = np.asarray(topo.actuator_actadr, dtype=np.int64), _actnum(topo)
+    owners = [a for a in range(model.nactuator) if num[a] > 0 and adr[a] >= 0]
+    slots = np.array([adr[a] + k for a in owners for k in range(num[a])], dtype=np.int64)
+    owner = np.array([a for a in owners for _ in range(num[a])], dtype=np.int64)
+    return slots, owner
+
+
+def _last_act(topo) -> np.ndarray:
+    """Each actuator's last activation state (the one its gain multiplies); 0 where it has none."""
+    adr, num = np.asarray(topo.actuator_actadr, dtype=np.int64), _actnum(topo)
+    return np.where(num > 0, adr + num - 1, 0)
+
+
+def _round(x):
+    """C's round (half away from zero), as mju_round."""
+    return jnp.sign(x) * jnp.floor(jnp.abs(x) + 0.5)
+
+
+def _wrap(u, reference, period):
+    """The representative of setpoint u nearest reference on a circle of the period (wrapSetpoint);
+    u where the period is 0."""
+    safe = jnp.where(period > 0, period, 1.0)
+    return jnp.where(period > 0, u - period * _round((u - reference) / safe), u)
+
+
+def wrap_period(model: Model):
+    """Per actuator, the period of its setpoint on a rotational transmission (wrapPeriod), or None
+    when no actuator has one: servos (fixed gain = -kp of an affine bias, no or integrator
+    dynamics) and pid actuators on a ball joint (2 pi |gear[:3]|) or on a site with a refsite and a
+    purely rotational gear (2 pi |gear[3:]|)."""
+    topo = model.topology
+    trntype = np.asarray(topo.actuator_trntype, dtype=np.int64)
+    on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
+    ball = on_joint & (np.asarray(topo.jnt_type, dtype=np.int64)[np.where(on_joint, topo.actuator_trnid, 0)] == JointType.BALL)
+    refsite = (trntype == TRN_SITE) & (np.asarray(topo.actuator_refsite, dtype=np.int64) >= 0)
+    gaintype, dyntype = np.asarray(topo.actuator_gaintype), np.asarray(topo.actuator_dyntype)
+    pid = gaintype == GainType.PID
+    servo_shape = (gaintype == GainType.FIXED) & (np.asarray(topo.actuator_biastype) == BiasType.AFFINE)
+    servo_shape &= (dyntype == DynType.NONE) | (dyntype == DynType.INTEGRATOR)
+    candidate = (ball | refsite) & (pid | servo_shape)
+    if not candidate.any():
+        return None
+    gear = model.actuator_gear
+    servo = pid | (model.actuator_gainprm[:, 0] == -model.actuator_biasprm[:, 1])
+    rotational = jnp.all(gear[:, :3] == 0, axis=-1)
+    period = jnp.where(ball, 2 * jnp.pi * math.safe_norm(gear[:, :3]),
+                       jnp.where(rotational, 2 * jnp.pi * math.safe_norm(gear[:, 3:]), 0.0))  # fmt: skip
+    return jnp.where(candidate & servo, period, 0.0)
+
+
+def control_inputs(model: Model, ctrl):
+    """(nactuator, 3): each actuator's control block as (first, vel, ff). A pid's block is unpacked
+    as (pos, vel, ff), an input it lacks 0 (unpackServoInputs); another actuator's is its one control."""
+    topo = model.topology
+    n = model.nactuator
+    adr = np.asarray(topo.actuator_ctrladr or range(n), dtype=np.int64)
+    num = np.asarray(topo.actuator_ctrlnum or (1,) * n, dtype=np.int64)
+    spec = np.asarray(topo.actuator_ctrlspec or (0,) * n, dtype=np.int64)
+    spec = np.where(np.asarray(topo.actuator_gaintype) == GainType.PID, spec, 0)
+    has = np.stack([((spec & INPUT_POS) != 0) | ((spec == 0) & (num > 0)), (spec & INPUT_VEL) != 0, (spec & INPUT_FF) != 0], axis=1)
+    offset = np.stack([np.zeros(n, np.int64), has[:, 0].astype(np.int64), has[:, :2].sum(axis=1)], axis=1)
+    index = np.where(has, adr[:, None] + offset, 0)
+    return jnp.where(has, ctrl[index] if model.nu else 0.0, 0.0)
+
+
+def _pid_slots(topo):
+    """Per actuator, the act addresses of a pid's slew-limited setpoint and integral (-1: none); the
+    slots are laid out in that order (mjDYN_PID)."""
+    adr, num = np.asarray(topo.actuator_actadr, dtype=np.int64), _actnum(topo)
+    pid = (np.asarray(topo.actuator_dyntype) == DynType.PID) & (num > 0)
+    slew = np.asarray(topo.actuator_pid_slew or (False,) * len(adr), dtype=bool) & pid
+    integral = pid & (num > slew)
+    return np.where(slew, adr, -1), np.where(integral, adr + slew, -1)
+
+
+def _activation_rates(model: Model, data: Data, inputs, length, period):
+    """act_dot and the inputs after a pid's slew limit (mj_fwdActuation's dynamics): integrator
+    act_dot = u; filter (u - act) / tau; muscle its own rate; pid: the slew-limited setpoint's rate
+    (u clipped to act +- slewmax h) and the position error (wrapped on a rotational transmission,
+    not accumulated beyond imax)."""
+    topo = model.topology
+    dyntype = np.asarray(topo.actuator_dyntype)
+    act_dot = jnp.zeros(model.na, model.dtype)
+    simple = np.nonzero((dyntype != DynType.NONE) & (dyntype != DynType.PID))[0]
+    if len(simple):
+        adr = _last_act(topo)[simple]
+        act, u = data.act[adr], inputs[simple, 0]
+        rate = jnp.where(dyntype[simple] == DynType.INTEGRATOR, u, (u - act) / _time_constant(model)[simple])
+        if (dyntype == DynType.MUSCLE).any():
+            muscle = muscle_activation_rate(u, act, model.actuator_dynprm[simple])
+            rate = jnp.where(dyntype[simple] == DynType.MUSCLE, muscle, rate)
+        act_dot = act_dot.at[adr].set(rate)
+    slew_adr, integral_adr = _pid_slots(topo)
     h = model.opt.timestep
-    tau = _time_constant(model)[stateful]
-    exact = np.asarray(topo.actuator_dyntype)[stateful] == DynType.FILTEREXACT
+    period = jnp.zeros(model.nactuator, model.dtype) if period is None else period
+    if (slew_adr >= 0).any():
+        a = np.nonzero(slew_adr >= 0)[0]
+        prev, limit = data.act[slew_adr[a]], model.actuator_dynprm[a, 1]
+        step = limit * h
+        target = _wrap(inputs[a, 0], prev, period[a])
+        limited = jnp.clip(target, prev - step, prev + step)
+        act_dot = act_dot.at[slew_adr[a]].set(jnp.where(limit > 0, (limited - prev) / h, 0.0))
+        inputs = inputs.at[a, 0].set(jnp.where(limit > 0, limited, inputs[a, 0]))
+    if (integral_adr >= 0).any():
+        a = np.nonzero(integral_adr >= 0)[0]
+        err = inputs[a, 0] - length[a]
+        p = period[a]
+        err = jnp.where(p > 0, err - p * _round(err / jnp.where(p > 0, p, 1.0)), err)
+        z, imax = data.act[integral_adr[a]], model.actuator_dynprm[a, 0]
+        err = jnp.where((imax > 0) & (z >= imax), jnp.minimum(err, 0.0),
+                        jnp.where((imax > 0) & (z <= -imax), jnp.maximum(err, 0.0), err))  # fmt: skip
+        act_dot = act_dot.at[integral_adr[a]].set(jnp.where(model.actuator_gainprm[a, 0] > 0, err, 0.0))
+    return inputs, act_dot
+
+
+def next_activation(model: Model, act, act_dot, length=None):
+    """Activation after one timestep (mj_nextActivation for every state): Euler or exact filter,
+    then actrange clamp; given the actuator lengths, an integrator servo's setpoint on a rotational
+    transmission is then wrapped to the representative nearest its length (mj_advance)."""
+    slots, owner = _activation_slots(model)
+    if len(slots) == 0 or model.opt.disabled("actuation"):
+        return act
+    h = model.opt.timestep
+    tau = _time_constant(model)[owner]
+    exact = np.asarray(model.topology.actuator_dyntype)[owner] == DynType.FILTEREXACT
     step = jnp.where(exact, tau * (1.0 - jnp.exp(-h / tau)), h)
-    return clamp_activation(model, act.at[adr].set(act[adr] + held(model, act_dot)[adr] * step))
+    act = clamp_activation(model, act.at[slots].set(act[slots] + held(model, act_dot)[slots] * step))
+    period = wrap_period(model) if length is not None else None
+    integrator = np.nonzero(np.asarray(model.topology.actuator_dyntype) == DynType.INTEGRATOR)[0]
+    if period is None or len(integrator) == 0:
+        return act
+    adr = _last_act(model.topology)[integrator]
+    return act.at[adr].set(_wrap(act[adr], length[integrator], period[integrator]))
 
 
 def held(model: Model, act_dot):
     """act_dot with the activations of disabled actuators (actuator groups) held: mj_advance
     integrates them with a zero rate."""
-    adr = np.asarray(model.topology.actuator_actadr, dtype=np.int64)
-    held_adr = adr[np.asarray(model.topology.actuator_disabled, dtype=bool) & (adr >= 0)]
-    return act_dot.at[held_adr].set(0.0) if len(held_adr) else act_dot
+    slots, owner = _activation_slots(model)
+    held_slots = slots[np.asarray(model.topology.actuator_disabled, dtype=bool)[owner]] if len(slots) else slots
+    return act_dot.at[held_slots].set(0.0) if len(held_slots) else act_dot
 
 
 def clamp_activation(model: Model, act):
-    """act clamped to actrange where actlimited (the last part of mj_nextActivation)."""
-    topo = model.topology
-    stateful = np.nonzero(np.asarray(topo.actuator_dyntype) != DynType.NONE)[0]
-    if len(stateful) == 0 or model.opt.disabled("actuation"):
+    """act clamped to its actuator's actrange where actlimited (the last part of mj_nextActivation)."""
+    slots, owner = _activation_slots(model)
+    if len(slots) == 0 or model.opt.disabled("actuation"):
         return act
-    adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
-    limited = np.asarray(topo.actuator_actlimited)[stateful]
-    lo, hi = model.actuator_actrange[stateful, 0], model.actuator_actrange[stateful, 1]
-    return act.at[adr].set(jnp.where(limited, jnp.clip(act[adr], lo, hi), act[adr]))
+    limited = np.asarray(model.topology.actuator_actlimited)[owner]
+    lo, hi = model.actuator_actrange[owner, 0], model.actuator_actrange[owner, 1]
+    return act.at[slots].set(jnp.where(limited, jnp.clip(act[slots], lo, hi), act[slots]))
 
 
 def clamped_ctrl(model: Model, ctrl):
@@ -278,49 +411,64 @@ def clamped_ctrl(model: Model, ctrl):
     return jnp.where(limited, jnp.clip(ctrl, lo, hi), ctrl)
 
 
-def _activation_input(model: Model, data: Data, ctrl, act_next=None):
-    """The scalar each actuator's gain multiplies: ctrl, or its activation (next one if actearly)."""
+def _activation_input(model: Model, data: Data, first, act_next=None):
+    """The scalar each actuator's gain multiplies: its (first) control, or its last activation
+    (the next one if actearly)."""
     if model.na == 0:
-        return ctrl
+        return first
     topo = model.topology
     stateful = np.asarray(topo.actuator_dyntype) != DynType.NONE
-    adr = np.where(stateful, np.asarray(topo.actuator_actadr, dtype=np.int64), 0)
+    adr = _last_act(topo)
     act = data.act[adr]
     if act_next is not None:
         act = jnp.where(np.asarray(topo.actuator_actearly), act_next[adr], act)
-    return jnp.where(stateful, act, ctrl)
+    return jnp.where(stateful, act, first)
+
+
+def _pid_force(model: Model, data: Data, inputs, length, period, act_next):
+    """A pid's input-side force: kp qref + kv vref + ff + ki z (kp = -biasprm[1], kv = -biasprm[2];
+    qref wrapped to the length on a rotational transmission; z the integral, next one if actearly);
+    the affine bias adds -kp l - kv dl/dt."""
+    b, ki = model.actuator_biasprm, model.actuator_gainprm[:, 0]
+    qref = inputs[:, 0] if period is None else _wrap(inputs[:, 0], length, period)
+    force = -b[:, 1] * qref - b[:, 2] * inputs[:, 1] + inputs[:, 2]
+    _, integral_adr = _pid_slots(model.topology)
+    if (integral_adr >= 0).any():
+        adr = np.maximum(integral_adr, 0)
+        z = data.act[adr] if act_next is None else jnp.where(np.asarray(model.topology.actuator_actearly), act_next[adr], data.act[adr])
+        force = force + jnp.where((integral_adr >= 0) & (ki > 0), ki * z, 0.0)
+    return force
 
 
 def actuation(model: Model, data: Data) -> Data:
     """actuator_length/velocity/force, act_dot and qfrc_actuator."""
     topo = model.topology
-    zeros_u = jnp.zeros(model.nu, model.dtype)
-    if model.nu == 0 or model.opt.disabled("actuation"):
+    zeros_u = jnp.zeros(model.nactuator, model.dtype)
+    if model.nactuator == 0 or model.opt.disabled("actuation"):
         return data.replace(
             actuator_length=zeros_u, actuator_velocity=zeros_u, actuator_force=zeros_u,
             act_dot=jnp.zeros(model.na, model.dtype), qfrc_actuator=jnp.zeros(model.nv, model.dtype),
         )
     length, moment = transmission(model, data)
     velocity = moment @ data.qvel
-    ctrl = clamped_ctrl(model, history.delayed_ctrl(model, data))
+    inputs = control_inputs(model, clamped_ctrl(model, history.delayed_ctrl(model, data)))
+    period = wrap_period(model)
 
     act_dot, act_next = data.act_dot, None
     if model.na:
-        dyntype = np.asarray(topo.actuator_dyntype)
-        stateful = np.nonzero(dyntype != DynType.NONE)[0]
-        adr = np.asarray(topo.actuator_actadr, dtype=np.int64)[stateful]
-        act, u = data.act[adr], ctrl[stateful]
-        rate = jnp.where(dyntype[stateful] == DynType.INTEGRATOR, u, (u - act) / _time_constant(model)[stateful])
-        if (dyntype == DynType.MUSCLE).any():
-            muscle = muscle_activation_rate(u, act, model.actuator_dynprm[stateful])
-            rate = jnp.where(dyntype[stateful] == DynType.MUSCLE, muscle, rate)
-        act_dot = jnp.zeros(model.na, model.dtype).at[adr].set(rate)
+        inputs, act_dot = _activation_rates(model, data, inputs, length, period)
         if np.any(topo.actuator_actearly):
             act_next = next_activation(model, data.act, act_dot)
-    inp = _activation_input(model, data, ctrl, act_next)
+    inp = _activation_input(model, data, inputs[:, 0], act_next)
+    if period is not None:
+        inp = _wrap(inp, length, period)
 
     gain, bias = _gain_and_bias(model, length, velocity)
-    force = _clamp_tendon_totals(model, _enabled(model, gain * inp + bias))
+    force = gain * inp
+    pid = np.asarray(topo.actuator_gaintype) == GainType.PID
+    if pid.any():
+        force = jnp.where(pid, _pid_force(model, data, inputs, length, period, act_next), force)
+    force = _clamp_tendon_totals(model, _enabled(model, force + bias))
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
 
@@ -357,15 +505,22 @@ def _clamp_tendon_totals(model: Model, force):
 
 def actuator_velocity_derivative(model: Model, data: Data):
     """d qfrc_actuator / d qvel (mjd_actuator_vel): moment^T diag(dgain/dv u + dbias/dv) moment,
-    with the gain's and bias's velocity slopes (affine: g2, b2; muscle: the slope of FV)."""
-    if model.nu == 0 or model.opt.disabled("actuation"):
+    with the gain's and bias's velocity slopes (affine: g2, b2; muscle: the slope of FV; a pid's
+    gain is 0, its kv in the bias). An actuator whose force is at its forcerange adds nothing."""
+    if model.nactuator == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     length, moment = transmission(model, data)
     # the current ctrl even for a delayed actuator, as mjd_actuator_vel reads d->ctrl
-    inp = _activation_input(model, data, clamped_ctrl(model, data.ctrl))
+    inp = _activation_input(model, data, control_inputs(model, clamped_ctrl(model, data.ctrl))[:, 0])
     velocity = moment @ data.qvel
     slope = jax.jvp(lambda v: _gain_and_bias(model, length, v), (velocity,), (jnp.ones_like(velocity),))[1]
-    return moment.T @ (_enabled(model, slope[0] * inp + slope[1])[:, None] * moment)
+    slope = _enabled(model, slope[0] * inp + slope[1])
+    limited = np.asarray(model.topology.actuator_forcelimited)
+    if limited.any():
+        lo, hi = model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]
+        force = data.actuator_force
+        slope = jnp.where(limited & ((force <= lo) | (force >= hi)), 0.0, slope)
+    return moment.T @ (slope[:, None] * moment)
 
 
 def _enabled(model: Model, per_actuator):

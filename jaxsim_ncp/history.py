@@ -124,6 +124,12 @@ def initial(model: Model) -> jnp.ndarray:
     return out
 
 
+def _ctrl_index(model: Model, actuator: int) -> int:
+    """The control an actuator's buffer records (its block's first: a delayed actuator has one)."""
+    adr = model.topology.actuator_ctrladr
+    return adr[actuator] if adr else actuator
+
+
 def delayed_ctrl(model: Model, data: Data):
     """The controls the actuators act on: ctrl, or for a delayed actuator (nonzero actuator_delay,
     a buffer) its buffer read at time - delay (mj_fwdActuation via mj_readCtrl)."""
@@ -131,7 +137,8 @@ def delayed_ctrl(model: Model, data: Data):
     for b in actuator_buffers(model):
         delay = model.actuator_delay[b.index]
         delayed = read(data.history[b.where], b.n, 1, data.time - delay, b.interp)[0]
-        ctrl = ctrl.at[b.index].set(jnp.where(delay != 0, delayed, ctrl[b.index]))
+        u = _ctrl_index(model, b.index)
+        ctrl = ctrl.at[u].set(jnp.where(delay != 0, delayed, ctrl[u]))
     return ctrl
 
 
@@ -156,7 +163,8 @@ def record(model: Model, data: Data, sensor_values: jnp.ndarray | None) -> jnp.n
     buffered sensor's (an interval sensor's only when due, its last sample time advanced by the period)."""
     history = data.history
     for b in actuator_buffers(model):
-        history = history.at[b.where].set(insert(history[b.where], b.n, 1, data.time, data.ctrl[b.index : b.index + 1]))
+        u = _ctrl_index(model, b.index)
+        history = history.at[b.where].set(insert(history[b.where], b.n, 1, data.time, data.ctrl[u : u + 1]))
     offset = 0
     for b in sensor_buffers(model):
         buf = history[b.where]

@@ -262,16 +262,16 @@ def from_mujoco(
         body_names=names(mujoco.mjtObj.mjOBJ_BODY, m.nbody),
         jnt_names=names(mujoco.mjtObj.mjOBJ_JOINT, m.njnt),
         geom_names=names(mujoco.mjtObj.mjOBJ_GEOM, m.ngeom),
-        actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nu),
+        actuator_names=names(mujoco.mjtObj.mjOBJ_ACTUATOR, m.nactuator),
         site_bodyid=ints(m.site_bodyid),
         site_type=ints(m.site_type),
         hfield_nrow=ints(m.hfield_nrow),
         hfield_ncol=ints(m.hfield_ncol),
         actuator_refsite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SITE) else -1
-            for a in range(m.nu)
+            for a in range(m.nactuator)
         ),
-        actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nu)),
+        actuator_refsite_shared_dofs=tuple(_refsite_shared_dofs(m, a) for a in range(m.nactuator)),
         actuator_nsample=ints(m.actuator_history[:, 0]),
         actuator_interp=ints(m.actuator_history[:, 1]),
         actuator_historyadr=ints(m.actuator_historyadr),
@@ -279,10 +279,15 @@ def from_mujoco(
         sensor_interp=ints(np.reshape(m.sensor_history, (-1, 2))[:, 1]),
         sensor_historyadr=ints(m.sensor_historyadr),
         nhistory=int(m.nhistory),
+        actuator_ctrladr=ints(m.actuator_ctrladr),
+        actuator_ctrlnum=ints(m.actuator_ctrlnum),
+        actuator_ctrlspec=ints(m.actuator_ctrlspec),
+        actuator_actnum=ints(m.actuator_actnum),
+        actuator_pid_slew=tuple(bool(t == int(mujoco.mjtDyn.mjDYN_PID) and p[1] > 0) for t, p in zip(m.actuator_dyntype, m.actuator_dynprm)),
         actuator_disabled=tuple(bool(0 <= g <= 30 and int(m.opt.disableactuator) & (1 << int(g))) for g in m.actuator_group),
         actuator_slidersite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SLIDERCRANK) else -1
-            for a in range(m.nu)
+            for a in range(m.nactuator)
         ),
         body_mocapid=ints(m.body_mocapid),
         has_gravcomp=bool(np.any(m.body_gravcomp != 0)),
@@ -601,7 +606,7 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
 
     _check_tendons(m, unsupported)
     _check_sensors(m, unsupported)
-    for a in range(m.nu):
+    for a in range(m.nactuator):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
         trntype = int(m.actuator_trntype[a])
         supported = ("JOINT", "JOINTINPARENT", "SLIDERCRANK", "TENDON", "SITE", "BODY")
@@ -613,10 +618,13 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"actuator {aname!r} gaintype {mujoco.mjtGain(int(m.actuator_gaintype[a])).name}")
         if int(m.actuator_biastype[a]) not in set(BiasType):
             unsupported(f"actuator {aname!r} biastype {mujoco.mjtBias(int(m.actuator_biastype[a])).name}")
-        if int(m.actuator_actnum[a]) > 1:
+        pid = int(m.actuator_gaintype[a]) == GainType.PID
+        if int(m.actuator_actnum[a]) > 1 and not pid:
             unsupported(f"actuator {aname!r} with more than one activation state")
-        if int(m.actuator_ctrlnum[a]) != 1:
+        if int(m.actuator_ctrlnum[a]) != 1 and not pid:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
+        if int(m.actuator_ctrlnum[a]) != 1 and m.actuator_delay[a] != 0:
+            unsupported(f"actuator {aname!r}: a delay (actuator/delay) on an actuator with {int(m.actuator_ctrlnum[a])} controls")
 
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:

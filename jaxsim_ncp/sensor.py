@@ -511,7 +511,7 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
     if kind in scalar:
         return jnp.reshape(scalar[kind](), (1,))
     if kind == Sens.TENDONACTFRC:
-        on = [a for a in range(model.nu) if topo.actuator_trntype[a] == TRN_TENDON and topo.actuator_trnid[a] == objid]
+        on = [a for a in range(model.nactuator) if topo.actuator_trntype[a] == TRN_TENDON and topo.actuator_trnid[a] == objid]
         return jnp.reshape(jnp.sum(data.actuator_force[np.asarray(on, dtype=np.int64)]), (1,))
     if kind == Sens.SUBTREECOM:
         return data.subtree_com[objid]

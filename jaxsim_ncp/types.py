@@ -52,6 +52,7 @@ class DynType(IntEnum):
     FILTER = 2
     FILTEREXACT = 3
     MUSCLE = 4
+    PID = 6  # the pid actuator's states: slew-limited setpoint, integral of the position error
 
 
 class WarningKind(IntEnum):
@@ -102,6 +103,7 @@ class GainType(IntEnum):
     FIXED = 0
     AFFINE = 1
     MUSCLE = 2
+    PID = 5  # force = kp (qref - l) + kv (vref - dl/dt) + ff + ki z: kp, kv in the affine bias
 
 
 class BiasType(IntEnum):
@@ -193,7 +195,14 @@ class Topology:
     sensor_interp: tuple[int, ...] = ()
     sensor_historyadr: tuple[int, ...] = ()
     nhistory: int = 0
-    actuator_disabled: tuple[bool, ...] = ()  # in a group of option/actuatorgroupdisable (mj_actuatorDisabled)
+    actuator_disabled: tuple[bool, ...] = ()
+    # MuJoCo 4's control blocks: an actuator reads ctrl[ctrladr : ctrladr + ctrlnum], whose entries
+    # ctrlspec names (mjtCtrlInput bits, 0: one plain control); its actnum states start at actadr
+    actuator_ctrladr: tuple[int, ...] = ()
+    actuator_ctrlnum: tuple[int, ...] = ()
+    actuator_ctrlspec: tuple[int, ...] = ()
+    actuator_actnum: tuple[int, ...] = ()
+    actuator_pid_slew: tuple[bool, ...] = ()  # a pid's first state is its slew-limited setpoint (slewmax > 0 at load)  # in a group of option/actuatorgroupdisable (mj_actuatorDisabled)
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()
     geom_fluid_interaction: tuple[bool, ...] = ()
@@ -639,20 +648,20 @@ class Model(eqx.Module):
     tendon_actfrcrange: Float[Array, "ntendon 2"]
     # actuators
     sensor_cutoff: Float[Array, " nsensor"]
-    actuator_gear: Float[Array, "nu 6"]
-    actuator_gainprm: Float[Array, "nu 10"]
-    actuator_biasprm: Float[Array, "nu 10"]
-    actuator_dynprm: Float[Array, "nu 10"]
+    actuator_gear: Float[Array, "nactuator 6"]
+    actuator_gainprm: Float[Array, "nactuator 10"]
+    actuator_biasprm: Float[Array, "nactuator 10"]
+    actuator_dynprm: Float[Array, "nactuator 10"]
     actuator_ctrlrange: Float[Array, "nu 2"]
-    actuator_forcerange: Float[Array, "nu 2"]
-    actuator_actrange: Float[Array, "nu 2"]
-    actuator_lengthrange: Float[Array, "nu 2"]  # muscles: the length range the compiler found
-    actuator_acc0: Float[Array, " nu"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
-    actuator_damping: Float[Array, " nu"]  # added, times gear^2, to the damping of what it drives
-    actuator_dampingpoly: Float[Array, "nu 2"]  # likewise, to the higher-order damping coefficients
-    actuator_armature: Float[Array, " nu"]  # added, times gear^2, to the armature of what it drives
-    actuator_cranklength: Float[Array, " nu"]  # slider-crank transmissions: the rod's length
-    actuator_delay: Float[Array, " nu"]  # control delay, read from the actuator's history buffer (history.py)
+    actuator_forcerange: Float[Array, "nactuator 2"]
+    actuator_actrange: Float[Array, "nactuator 2"]
+    actuator_lengthrange: Float[Array, "nactuator 2"]  # muscles: the length range the compiler found
+    actuator_acc0: Float[Array, " nactuator"]  # muscles: |M^-1 moment| at qpos0, scales force = scale / acc0
+    actuator_damping: Float[Array, " nactuator"]  # added, times gear^2, to the damping of what it drives
+    actuator_dampingpoly: Float[Array, "nactuator 2"]  # likewise, to the higher-order damping coefficients
+    actuator_armature: Float[Array, " nactuator"]  # added, times gear^2, to the armature of what it drives
+    actuator_cranklength: Float[Array, " nactuator"]  # slider-crank transmissions: the rod's length
+    actuator_delay: Float[Array, " nactuator"]  # control delay, read from the actuator's history buffer (history.py)
     sensor_delay: Float[Array, " nsensor"]  # reading delay (history.py)
     sensor_interval: Float[Array, "nsensor 2"]  # sample period and phase (history.py)
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
@@ -662,8 +671,13 @@ class Model(eqx.Module):
     def dtype(self):
         return self.body_mass.dtype
 
+    @property
+    def nactuator(self) -> int:
+        """Number of actuators (MuJoCo 4's nu counts controls: an actuator may read several)."""
+        return len(self.topology.actuator_trntype)
+
     def _actuator_shares(self, per_actuator):
-        """(per dof, per tendon) sums of per_actuator ((nu,) or (nu, k)) * gear[0]^2 over the actuators
+        """(per dof, per tendon) sums of per_actuator ((nactuator,) or (nactuator, k)) * gear[0]^2 over the actuators
         on each joint (each of its dofs) or tendon: how MuJoCo 4 adds an actuator's damping and
         armature to what it drives (mj_actuatorDamping, mj_actuatorArmature)."""
         topo = self.topology
@@ -672,12 +686,12 @@ class Model(eqx.Module):
         dof_map = on_joint[None, :] & (trnid[None, :] == np.asarray(topo.dof_jntid, np.int64)[:, None])
         tendon_map = (trntype == TRN_TENDON)[None, :] & (trnid[None, :] == np.arange(self.ntendon)[:, None])
         gear2 = self.actuator_gear[:, 0] ** 2
-        weight = per_actuator * gear2.reshape(gear2.shape + (1,) * (per_actuator.ndim - 1))  # (nu, ...)
+        weight = per_actuator * gear2.reshape(gear2.shape + (1,) * (per_actuator.ndim - 1))  # (nactuator, ...)
         return jnp.asarray(dof_map, self.dtype) @ weight, jnp.asarray(tendon_map, self.dtype) @ weight
 
     def _plus_actuators(self, own, per_actuator, on_tendons: bool):
         """A joint (or tendon) parameter plus the shares of the actuators on it."""
-        return own + self._actuator_shares(per_actuator)[int(on_tendons)] if self.nu else own
+        return own + self._actuator_shares(per_actuator)[int(on_tendons)] if self.nactuator else own
 
     @property
     def dof_damping_total(self):
@@ -802,9 +816,9 @@ class Data(eqx.Module):
     qM: Float[Array, "nv nv"]
     qfrc_bias: Float[Array, " nv"]
     qfrc_passive: Float[Array, " nv"]
-    actuator_length: Float[Array, " nu"]
-    actuator_velocity: Float[Array, " nu"]
-    actuator_force: Float[Array, " nu"]
+    actuator_length: Float[Array, " nactuator"]
+    actuator_velocity: Float[Array, " nactuator"]
+    actuator_force: Float[Array, " nactuator"]
     qfrc_actuator: Float[Array, " nv"]
     qfrc_smooth: Float[Array, " nv"]
     qacc_smooth: Float[Array, " nv"]
@@ -879,9 +893,9 @@ def make_data(model: Model) -> Data:
         qM=z(model.nv, model.nv),
         qfrc_bias=z(model.nv),
         qfrc_passive=z(model.nv),
-        actuator_length=z(model.nu),
-        actuator_velocity=z(model.nu),
-        actuator_force=z(model.nu),
+        actuator_length=z(model.nactuator),
+        actuator_velocity=z(model.nactuator),
+        actuator_force=z(model.nactuator),
         qfrc_actuator=z(model.nv),
         qfrc_smooth=z(model.nv),
         qacc_smooth=z(model.nv),

@@ -41,6 +41,9 @@ def _element(model: Model, field: str, index: int) -> str:
         return named("joint", topo.jnt_names, joint) + f" (qpos {index})"
     if field.startswith("geom_"):
         return named("geom", topo.geom_names, index)
+    if field == "actuator_ctrlrange" and topo.actuator_ctrladr:  # per control: the actuator whose block holds it
+        actuator = max(a for a, adr in enumerate(topo.actuator_ctrladr) if adr <= index)
+        return named("actuator", topo.actuator_names, actuator) + f" (ctrl {index})"
     if field.startswith("actuator_"):
         return named("actuator", topo.actuator_names, index)
     if field.startswith("pair_"):
@@ -63,7 +66,7 @@ def _expected_shape(model: Model, field: str, cls: type = Model) -> tuple[int | 
     match = _SHAPE_SPEC.search(str(annotation))
     if match is None:
         return None
-    sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu, "na": model.na,
+    sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu, "nactuator": model.nactuator, "na": model.na,
              "ngeom": model.ngeom, "neq": len(model.eq_obj1id), "nmocap": model.topology.nmocap,
              "nhistory": model.topology.nhistory}  # fmt: skip
     dims = match.group(1).split()
