@@ -7,10 +7,6 @@ the configurations and their central-difference perturbations (float64).
 """
 
 import functools
-import pathlib
-import pickle
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -158,8 +154,11 @@ def degenerate_poses(pair):
     if pair == (CAPSULE, CYLINDER):  # lying across the cap, ends overhanging
         return [(up(s1[0] + s2[1] - 0.01), lying, up(0), IDQ), lie(s1[0] + s2[1] - 0.004)] + coincident
     if pair == (CYLINDER, CYLINDER):  # equal caps stacked exactly, lying across a cap
+        # geom 2 lying tilted under geom 1's cap: its rim digs in (one contact), or, overhanging,
+        # geom 1's rim cuts into its side (a manifold)
+        under = lambda shift: (up(s1[1] + s2[0] - 0.004) + shift, IDQ, up(0), tilted(1.0, [1, 0, 0], 30, lying))  # noqa: E731
         return (rest(s1[1] + s2[1] - 0.01) + [(up(s1[0] + s2[1] - 0.01), lying, up(0), IDQ)]
-                + [stand(s1[1] + s2[1] - 0.002), lie(s1[0] + s2[1] - 0.004)] + coincident)
+                + [stand(s1[1] + s2[1] - 0.002), lie(s1[0] + s2[1] - 0.004), under([0.03, 0.02, 0]), under([0.05, -0.087, 0])] + coincident)
     if pair == (CYLINDER, BOX):  # standing on the top face (overhanging it), lying on it
         return (rest(s1[1] + s2[2] - 0.01) + [(up(s1[0] + s2[2] - 0.01), lying, up(0), IDQ)]
                 + [stand(s1[1] + s2[2] - 0.002), lie(s1[0] + s2[2] - 0.004)] + coincident)
@@ -168,32 +167,7 @@ def degenerate_poses(pair):
 
 @functools.cache
 def mujoco_batch(pair):
-    """Poses run through MuJoCo, with and without margin: geom frames, sizes, margins, contacts.
-
-    The multiccd pairs' contacts come from a fresh interpreter: where a cylinder cap lies inside a
-    face, MuJoCo picks the kept manifold points by round-off, and in a process that has run many
-    other models (the test suite) MuJoCo's own pick changed (pose 8 of cylinder-cylinder: a point
-    9e-4 m away from the one it reports in a fresh process, where ours agrees to 1e-8)."""
-    if pair in multiccd.FUNCTIONS:
-        xpos, xmat, size, margins, contacts = _fresh_process_contacts()[pair]
-    else:
-        xpos, xmat, size, margins, contacts = mujoco_contacts(pair)
-    g1 = GeomFrame(xpos[:, 0], xmat[:, 0], size[:, 0])
-    g2 = GeomFrame(xpos[:, 1], xmat[:, 1], size[:, 1])
-    return jax.tree.map(jnp.asarray, (g1, g2)), jnp.asarray(margins), contacts
-
-
-@functools.cache
-def _fresh_process_contacts():
-    """`mujoco_contacts` of every multiccd pair, computed in a new Python process."""
-    code = (f"import pickle, sys; sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r}); import test_collision_primitives as t; "
-            f"sys.stdout.buffer.write(pickle.dumps({{p: t.mujoco_contacts(p) for p in {list(multiccd.FUNCTIONS)!r}}}))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True, timeout=600).stdout
-    return pickle.loads(out)
-
-
-def mujoco_contacts(pair):
-    """(xpos, xmat, geom sizes, margins, contacts) of the poses, as numpy arrays."""
+    """Poses run through MuJoCo, with and without margin: geom frames, sizes, margins, contacts."""
     rng = np.random.default_rng(sum(pair) * 7 + pair[0])
     frames, margins, contacts = [], [], []
     for margin in (0.0,) if pair in multiccd.FUNCTIONS else (0.0, MARGIN):  # io refuses margins there
@@ -215,8 +189,10 @@ def mujoco_contacts(pair):
             contacts.append((con.dist.copy(), con.pos.copy(), con.frame.reshape(-1, 3, 3).copy()))
     xpos = np.stack([f[0] for f in frames])
     xmat = np.stack([f[1] for f in frames])
-    size = np.broadcast_to(m.geom_size, xpos.shape).copy()
-    return xpos, xmat, size, np.asarray(margins), contacts
+    size = np.broadcast_to(m.geom_size, xpos.shape)
+    g1 = GeomFrame(xpos[:, 0], xmat[:, 0], size[:, 0])
+    g2 = GeomFrame(xpos[:, 1], xmat[:, 1], size[:, 1])
+    return jax.tree.map(jnp.asarray, (g1, g2)), jnp.asarray(margins), contacts
 
 
 def batch_size(pair):

@@ -8,7 +8,10 @@ points when the touching features are flat:
 1. Features. A box face or a cylinder cap is a polygon (a cap is a 16-gon, vertices at
    multiples of 22.5 deg). A capsule, or a cylinder touching with its side, is an edge:
    the surface line through the contact (capsule), or the side line through the
-   cylinder's support point, cap to cap.
+   cylinder's support point towards the other shape's face (along that face's inward
+   normal, MuJoCo 4.0.1; 4.0.0 took the contact normal), cap to cap. Geom 2's side on
+   geom 1's cap is no edge where geom 2 touches with a rim point (contact normal off its
+   side's normal, witness on an end circle): MuJoCo 4.0.1 keeps its single contact there.
 2. Face-face: the most anti-parallel pair of face normals, within cos = 0.996 (5.1 deg),
    each facing the other shape (cone 0.0888 of the contact direction). The incident
    polygon (geom 2) is clipped against the side planes of the reference polygon (geom 1)
@@ -155,7 +158,7 @@ def _edge(kind: int, g: GeomFrame, witness, towards, one):
     n2 = _mul(local[0], local[0], one) + _mul(local[1], local[1], one)
     # one condition for both wheres: with the axis along `towards` (n2 ~ 0) the unused branch's
     # derivative 1/n2^1.5 would be inf (0 * inf = NaN in float32 gradients). Below float64 the
-    # condition is n2 above the round-off of `towards`: float32 EPA lands exactly on a cylinder's
+    # condition is n2 above the round-off of `towards`: in float32 `towards` can land exactly on a cylinder's
     # axis (n2 ~ 1e-16), where the line's azimuth is noise with a derivative ~1/sqrt(n2) (contact
     # gradients 1e7, a rollout's gradient overflowed); in that band the line is put at the local
     # x azimuth (on the side, as any azimuth would be). n2 = 0: the cap centre, as MuJoCo.
@@ -351,16 +354,23 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
 
         # edge-face: geom 1's edge on geom 2's face, or the mirror image
         x1 = base.pos[0] - 0.5 * dist * n  # witness on geom 1
-        edge1, axis1 = _edge(k1, g1, x1, n, one)
+        edge1, axis1 = _edge(k1, g1, x1, -n2, one)
         edge_pick1 = (dim1 != 3) & has2 & (~has1 | (dim1 <= dim2))
         match1 = jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s, one)) < EDGE_TOLERANCE
         match1 = match1 & (_dot(n2s, direction, one) > MINVAL)
         use1 = ~aligned & edge_pick1 & match1
         if k2 == CYLINDER and k1 != CAPSULE:  # geom 2's side on geom 1's cap
-            edge2, axis2 = _edge(k2, g2, base.pos[0] + 0.5 * dist * n, -n, one)
+            edge2, axis2 = _edge(k2, g2, None, -n1, one)
             edge_pick2 = ~edge_pick1 & (dim2 != 3) & has1 & (~has2 | (dim2 <= dim1))
             match2 = jnp.abs(_dot(jax.lax.stop_gradient(axis2), n1s, one)) < EDGE_TOLERANCE
             match2 = match2 & (_dot(n1s, -direction, one) > MINVAL)
+            # ... except where geom 2 touches with a rim point (docstring, 1.; geom 1's rim on
+            # geom 2's cap does make the manifold)
+            x2, axis2s = jax.lax.stop_gradient((base.pos[0] + 0.5 * dist * n, axis2))
+            root_eps = jnp.sqrt(jnp.finfo(ns.dtype).eps)
+            off_side = jnp.abs(_dot(axis2s, ns, one)) > root_eps
+            at_rim = jnp.abs(_dot(x2 - g2.pos, axis2s, one)) >= g2.size[1] * (1 - root_eps)
+            match2 = match2 & ~(off_side & at_rim)
             use2 = ~aligned & edge_pick2 & match2
         else:
             edge2, axis2, use2 = edge1, axis1, jnp.array(False)
