@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, history, math, passive, smooth
+from . import constraint, dcmotor, history, math, passive, smooth
 from .types import TRN_BODY, TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_SLIDERCRANK, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
@@ -332,7 +332,7 @@ def _activation_rates(model: Model, data: Data, inputs, length, period):
     topo = model.topology
     dyntype = np.asarray(topo.actuator_dyntype)
     act_dot = jnp.zeros(model.na, model.dtype)
-    simple = np.nonzero((dyntype != DynType.NONE) & (dyntype != DynType.PID))[0]
+    simple = np.nonzero((dyntype != DynType.NONE) & (dyntype != DynType.PID) & (dyntype != DynType.DCMOTOR))[0]
     if len(simple):
         adr = _last_act(topo)[simple]
         act, u = data.act[adr], inputs[simple, 0]
@@ -364,9 +364,10 @@ def _activation_rates(model: Model, data: Data, inputs, length, period):
     return inputs, act_dot
 
 
-def next_activation(model: Model, act, act_dot, length=None):
+def next_activation(model: Model, act, act_dot, length=None, velocity=None):
     """Activation after one timestep (mj_nextActivation for every state): Euler or exact filter,
-    then actrange clamp; given the actuator lengths, an integrator servo's setpoint on a rotational
+    then actrange clamp (a DC motor's states: `dcmotor.next_activation`, which reads the actuator
+    velocities); given the actuator lengths, an integrator servo's setpoint on a rotational
     transmission is then wrapped to the representative nearest its length (mj_advance)."""
     slots, owner = _activation_slots(model)
     if len(slots) == 0 or model.opt.disabled("actuation"):
@@ -375,7 +376,10 @@ def next_activation(model: Model, act, act_dot, length=None):
     tau = _time_constant(model)[owner]
     exact = np.asarray(model.topology.actuator_dyntype)[owner] == DynType.FILTEREXACT
     step = jnp.where(exact, tau * (1.0 - jnp.exp(-h / tau)), h)
-    act = clamp_activation(model, act.at[slots].set(act[slots] + held(model, act_dot)[slots] * step))
+    act_dot, previous = held(model, act_dot), act
+    act = clamp_activation(model, act.at[slots].set(act[slots] + act_dot[slots] * step))
+    if len(dcmotor.actuators(model)):
+        act = dcmotor.next_activation(model, act, previous, act_dot, velocity)
     period = wrap_period(model) if length is not None else None
     integrator = np.nonzero(np.asarray(model.topology.actuator_dyntype) == DynType.INTEGRATOR)[0]
     if period is None or len(integrator) == 0:
@@ -398,6 +402,7 @@ def clamp_activation(model: Model, act):
     if len(slots) == 0 or model.opt.disabled("actuation"):
         return act
     limited = np.asarray(model.topology.actuator_actlimited)[owner]
+    limited = limited & (np.asarray(model.topology.actuator_dyntype)[owner] != DynType.DCMOTOR)
     lo, hi = model.actuator_actrange[owner, 0], model.actuator_actrange[owner, 1]
     return act.at[slots].set(jnp.where(limited, jnp.clip(act[slots], lo, hi), act[slots]))
 
@@ -451,14 +456,18 @@ def actuation(model: Model, data: Data) -> Data:
         )
     length, moment = transmission(model, data)
     velocity = moment @ data.qvel
-    inputs = control_inputs(model, clamped_ctrl(model, history.delayed_ctrl(model, data)))
+    ctrl = clamped_ctrl(model, history.delayed_ctrl(model, data))
+    inputs = control_inputs(model, ctrl)
     period = wrap_period(model)
+    motors = dcmotor.actuators(model)
 
     act_dot, act_next = data.act_dot, None
     if model.na:
         inputs, act_dot = _activation_rates(model, data, inputs, length, period)
+        if len(motors):
+            act_dot = dcmotor.activation_rates(model, data.act, act_dot, ctrl, length, velocity)
         if np.any(topo.actuator_actearly):
-            act_next = next_activation(model, data.act, act_dot)
+            act_next = next_activation(model, data.act, act_dot, velocity=velocity)
     inp = _activation_input(model, data, inputs[:, 0], act_next)
     if period is not None:
         inp = _wrap(inp, length, period)
@@ -468,9 +477,13 @@ def actuation(model: Model, data: Data) -> Data:
     pid = np.asarray(topo.actuator_gaintype) == GainType.PID
     if pid.any():
         force = jnp.where(pid, _pid_force(model, data, inputs, length, period, act_next), force)
+    if len(motors):
+        force = force.at[motors].set(dcmotor.force(model, data.act, act_next, ctrl, length, velocity))
     force = _clamp_tendon_totals(model, _enabled(model, force + bias))
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
+    if len(motors):  # cogging and LuGre friction, outside the current limit
+        force = force + _enabled(model, jnp.zeros_like(force).at[motors].set(dcmotor.mechanical(model, data.act, act_dot, length)))
 
     qfrc = moment.T @ force
     if any(topo.jnt_actgravcomp):  # actuator-level gravity compensation, before the joint force clamp
@@ -511,10 +524,15 @@ def actuator_velocity_derivative(model: Model, data: Data):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     length, moment = transmission(model, data)
     # the current ctrl even for a delayed actuator, as mjd_actuator_vel reads d->ctrl
-    inp = _activation_input(model, data, control_inputs(model, clamped_ctrl(model, data.ctrl))[:, 0])
+    ctrl = clamped_ctrl(model, data.ctrl)
+    inp = _activation_input(model, data, control_inputs(model, ctrl)[:, 0])
     velocity = moment @ data.qvel
     slope = jax.jvp(lambda v: _gain_and_bias(model, length, v), (velocity,), (jnp.ones_like(velocity),))[1]
-    slope = _enabled(model, slope[0] * inp + slope[1])
+    slope = slope[0] * inp + slope[1]
+    motors = dcmotor.actuators(model)
+    if len(motors):
+        slope = slope.at[motors].set(dcmotor.velocity_slope(model, data.act, ctrl, length, velocity))
+    slope = _enabled(model, slope)
     limited = np.asarray(model.topology.actuator_forcelimited)
     if limited.any():
         lo, hi = model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]

@@ -284,6 +284,7 @@ def from_mujoco(
         actuator_ctrlspec=ints(m.actuator_ctrlspec),
         actuator_actnum=ints(m.actuator_actnum),
         actuator_pid_slew=tuple(bool(t == int(mujoco.mjtDyn.mjDYN_PID) and p[1] > 0) for t, p in zip(m.actuator_dyntype, m.actuator_dynprm)),
+        actuator_dcmotor_slots=tuple(_dcmotor_slots(m, a) for a in range(m.nactuator)),
         actuator_disabled=tuple(bool(0 <= g <= 30 and int(m.opt.disableactuator) & (1 << int(g))) for g in m.actuator_group),
         actuator_slidersite=tuple(
             int(m.actuator_trnid[a, 1]) if int(m.actuator_trntype[a]) == int(mujoco.mjtTrn.mjTRN_SLIDERCRANK) else -1
@@ -619,12 +620,33 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         if int(m.actuator_biastype[a]) not in set(BiasType):
             unsupported(f"actuator {aname!r} biastype {mujoco.mjtBias(int(m.actuator_biastype[a])).name}")
         pid = int(m.actuator_gaintype[a]) == GainType.PID
+        kinds = (int(m.actuator_dyntype[a]) == DynType.DCMOTOR, int(m.actuator_gaintype[a]) == GainType.DCMOTOR,
+                 int(m.actuator_biastype[a]) == BiasType.DCMOTOR)  # fmt: skip
+        if any(kinds) and not all(kinds):
+            unsupported(f"actuator {aname!r}: a DC motor's dynamics, gain or bias mixed with another kind (use <dcmotor>)")
+        if all(kinds) and sum(k >= 0 for k in _dcmotor_slots(m, a)) != int(m.actuator_actnum[a]):
+            unsupported(f"actuator {aname!r}: a DC motor whose states are not MuJoCo's (slew, integral, temperature, bristle, current)")
+        pid = pid or all(kinds)  # control blocks and several states
         if int(m.actuator_actnum[a]) > 1 and not pid:
             unsupported(f"actuator {aname!r} with more than one activation state")
         if int(m.actuator_ctrlnum[a]) != 1 and not pid:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
         if int(m.actuator_ctrlnum[a]) != 1 and m.actuator_delay[a] != 0:
             unsupported(f"actuator {aname!r}: a delay (actuator/delay) on an actuator with {int(m.actuator_ctrlnum[a])} controls")
+
+
+def _dcmotor_slots(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
+    """mj_dcmotorSlots: offsets of a DC motor's slew, integral, temperature, bristle and current states
+    (-1 where absent; present when slewmax, ki, the thermal resistance, sigma0, te is positive)."""
+    if int(m.actuator_dyntype[a]) != DynType.DCMOTOR:
+        return (-1,) * 5
+    dyn, gain = m.actuator_dynprm[a], m.actuator_gainprm[a]
+    present = (dyn[7] > 0, gain[5] > 0, dyn[2] > 0, dyn[5] > 0, dyn[0] > 0)
+    offsets, count = [], 0
+    for p in present:
+        offsets.append(count if p else -1)
+        count += bool(p)
+    return tuple(offsets)
 
 
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:

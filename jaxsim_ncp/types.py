@@ -52,6 +52,7 @@ class DynType(IntEnum):
     FILTER = 2
     FILTEREXACT = 3
     MUSCLE = 4
+    DCMOTOR = 5  # the dcmotor's optional states (dcmotor.py)
     PID = 6  # the pid actuator's states: slew-limited setpoint, integral of the position error
 
 
@@ -103,6 +104,7 @@ class GainType(IntEnum):
     FIXED = 0
     AFFINE = 1
     MUSCLE = 2
+    DCMOTOR = 3  # K i or K/R (V - K dl/dt) (dcmotor.py)
     PID = 5  # force = kp (qref - l) + kv (vref - dl/dt) + ff + ki z: kp, kv in the affine bias
 
 
@@ -110,6 +112,7 @@ class BiasType(IntEnum):
     NONE = 0
     AFFINE = 1
     MUSCLE = 2
+    DCMOTOR = 3  # with GainType.DCMOTOR (dcmotor.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +205,7 @@ class Topology:
     actuator_ctrlnum: tuple[int, ...] = ()
     actuator_ctrlspec: tuple[int, ...] = ()
     actuator_actnum: tuple[int, ...] = ()
+    actuator_dcmotor_slots: tuple[tuple[int, ...], ...] = ()  # per actuator: offsets of a dcmotor's slew, integral, temperature, bristle, current states (-1: none)
     actuator_pid_slew: tuple[bool, ...] = ()  # a pid's first state is its slew-limited setpoint (slewmax > 0 at load)  # in a group of option/actuatorgroupdisable (mj_actuatorDisabled)
     # fluid.py: bodies using the ellipsoid model (a geom with fluidshape="ellipsoid"), and those geoms
     body_fluid_ellipsoid: tuple[bool, ...] = ()

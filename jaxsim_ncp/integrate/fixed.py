@@ -22,7 +22,7 @@ from ..types import Data, JointType, Model
 def advance(model: Model, data: Data, act_dot, qacc, qvel=None) -> Data:
     """mj_advance: act, then qvel += h qacc, then qpos integrated with qvel (new qvel unless given)."""
     h = model.opt.timestep
-    act = next_activation(model, data.act, act_dot, data.actuator_length)
+    act = next_activation(model, data.act, act_dot, data.actuator_length, data.actuator_velocity)
     new_qvel = data.qvel + h * qacc
     qpos = integrate_pos(model, data.qpos, new_qvel if qvel is None else qvel, h)
     return data.replace(qpos=qpos, qvel=new_qvel, act=act, time=data.time + h)
