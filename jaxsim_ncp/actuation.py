@@ -519,14 +519,19 @@ def _clamp_tendon_totals(model: Model, force):
 def actuator_velocity_derivative(model: Model, data: Data):
     """d qfrc_actuator / d qvel (mjd_actuator_vel): moment^T diag(dgain/dv u + dbias/dv) moment,
     with the gain's and bias's velocity slopes (affine: g2, b2; muscle: the slope of FV; a pid's
-    gain is 0, its kv in the bias). An actuator whose force is at its forcerange adds nothing."""
+    gain is 0, its kv in the bias; a DC motor's `dcmotor.velocity_slope`) and u the clamped control
+    or the activation (the next one if actearly). An actuator whose force is at its forcerange adds
+    nothing."""
     if model.nactuator == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     length, moment = transmission(model, data)
     # the current ctrl even for a delayed actuator, as mjd_actuator_vel reads d->ctrl
     ctrl = clamped_ctrl(model, data.ctrl)
-    inp = _activation_input(model, data, control_inputs(model, ctrl)[:, 0])
     velocity = moment @ data.qvel
+    act_next = None
+    if model.na and np.any(model.topology.actuator_actearly):  # the gain multiplies the next activation
+        act_next = next_activation(model, data.act, data.act_dot, velocity=velocity)
+    inp = _activation_input(model, data, control_inputs(model, ctrl)[:, 0], act_next)
     slope = jax.jvp(lambda v: _gain_and_bias(model, length, v), (velocity,), (jnp.ones_like(velocity),))[1]
     slope = slope[0] * inp + slope[1]
     motors = dcmotor.actuators(model)

@@ -29,24 +29,30 @@ MOTORS = [
 STEPS = 30
 
 
-def _scene(motors, integrator="implicitfast"):
+# a velocity-dependent gain on an actearly filter: the implicit integrators' derivative reads its next activation
+FILTER = '<general name="filter" joint="j0" dyntype="filter" dynprm="0.05" gaintype="affine" gainprm="1 0 0.5" actearly="true"/>'
+
+
+def _scene(motors, integrator="implicitfast", extra=""):
     bodies = "".join(f'<body pos="{i} 0 1"><joint name="j{i}" axis="0 1 0" damping="0.01"/>'
                      f'<geom type="capsule" fromto="0 0 0 0.3 0 0" size="0.03"/></body>' for i in range(len(motors)))  # fmt: skip
     actuators = "".join(f'<dcmotor name="m{i}" joint="j{i}" {m}/>' for i, m in enumerate(motors))
     return f"""<mujoco><option timestep="0.002" integrator="{integrator}"/><worldbody>{bodies}</worldbody>
-      <actuator>{actuators}</actuator></mujoco>"""
+      <actuator>{actuators}{extra}</actuator></mujoco>"""
 
 
 def test_dc_motors_follow_mujoco_and_finite_differences():
     """Every DC motor state (slew, integral, temperature, bristle, current) and input signature
     (voltage, none, pos+vel+ff, pos+voltage, vel+ff), with the current and voltage limits active:
     30 implicitfast steps (MuJoCo 4.0.1's velocity derivative of the motors: Vmax and di/dt limits,
-    hot winding) with controls +-3: states, activations and forces equal to MuJoCo's; the gradient of
-    the final state w.r.t. the controls and every motor parameter equals central differences."""
-    m = mujoco.MjModel.from_xml_string(_scene(MOTORS))
-    assert (m.nu, m.nactuator, m.na) == (10, 7, 11)
+    hot winding; beside them an actearly filter with a velocity-dependent gain) with controls +-3:
+    states, activations and forces equal to MuJoCo's; the gradient of the final state w.r.t. the
+    controls and every actuator parameter equals central differences."""
+    m = mujoco.MjModel.from_xml_string(_scene(MOTORS, extra=FILTER))
+    assert (m.nu, m.nactuator, m.na) == (11, 8, 12)
     d = mujoco.MjData(m)
     ctrl = np.random.default_rng(0).uniform(-3, 3, (STEPS, m.nu))
+    ctrl[:, 1] = 3.0  # motor 1: full voltage, its current saturates
     expected = {"qpos": [], "qvel": [], "act": [], "actuator_force": []}
     for t in range(STEPS):
         d.ctrl[:] = ctrl[t]
@@ -55,7 +61,7 @@ def test_dc_motors_follow_mujoco_and_finite_differences():
             v.append(getattr(d, k).copy())
     model = jsn.from_mujoco(m)
 
-    # every nonzero motor parameter, scaled by 1 + x
+    # every nonzero actuator parameter, scaled by 1 + x
     prms = (model.actuator_gainprm, model.actuator_dynprm, model.actuator_biasprm)
 
     def loss(scales, ctrl):
