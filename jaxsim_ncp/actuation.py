@@ -521,7 +521,7 @@ def actuator_velocity_derivative(model: Model, data: Data):
     with the gain's and bias's velocity slopes (affine: g2, b2; muscle: the slope of FV; a pid's
     gain is 0, its kv in the bias; a DC motor's `dcmotor.velocity_slope`) and u the clamped control
     or the activation (the next one if actearly). An actuator whose force is at its forcerange adds
-    nothing."""
+    nothing (a DC motor: its electrical force, at its current limit)."""
     if model.nactuator == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     length, moment = transmission(model, data)
@@ -542,6 +542,9 @@ def actuator_velocity_derivative(model: Model, data: Data):
     if limited.any():
         lo, hi = model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]
         force = data.actuator_force
+        if len(motors):  # a DC motor's current limit: its electrical force, without cogging and friction
+            applied = clamped_ctrl(model, history.delayed_ctrl(model, data))
+            force = force.at[motors].set(dcmotor.force(model, data.act, act_next, applied, length, velocity))
         slope = jnp.where(limited & ((force <= lo) | (force >= hi)), 0.0, slope)
     return moment.T @ (slope[:, None] * moment)
 
