@@ -626,10 +626,10 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"actuator {aname!r}: a DC motor's dynamics, gain or bias mixed with another kind (use <dcmotor>)")
         if all(kinds) and sum(k >= 0 for k in _dcmotor_slots(m, a)) != int(m.actuator_actnum[a]):
             unsupported(f"actuator {aname!r}: a DC motor whose states are not MuJoCo's (slew, integral, temperature, bristle, current)")
-        pid = pid or all(kinds)  # control blocks and several states
-        if int(m.actuator_actnum[a]) > 1 and not pid:
+        blocks = pid or all(kinds)  # control blocks and several states
+        if int(m.actuator_actnum[a]) > 1 and not blocks:
             unsupported(f"actuator {aname!r} with more than one activation state")
-        if int(m.actuator_ctrlnum[a]) != 1 and not pid:
+        if int(m.actuator_ctrlnum[a]) != 1 and not blocks:
             unsupported(f"actuator {aname!r} with {int(m.actuator_ctrlnum[a])} controls")
         if int(m.actuator_ctrlnum[a]) != 1 and m.actuator_delay[a] != 0:
             unsupported(f"actuator {aname!r}: a delay (actuator/delay) on an actuator with {int(m.actuator_ctrlnum[a])} controls")

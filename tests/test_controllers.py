@@ -119,9 +119,10 @@ def test_pid_and_dc_motor_actuators_follow_mujoco_and_finite_differences():
     check_directional(lambda x: loss(*x)[0], x0, np.random.default_rng(1), rtol=1e-6, value_and_grad=value_and_grad)
 
 
-def test_stateless_dc_motors_without_activations_and_mixed_kinds_refused():
-    """Stateless motors only (na = 0): a step equals MuJoCo's. A <general> mixing the DC motor's
-    dynamics with another gain is refused by name."""
+def test_stateless_dc_motors_and_refusals():
+    """Stateless motors only (na = 0): a step equals MuJoCo's; an edit that would give one a current
+    state fails check_model. A <general> mixing the DC motor's dynamics with another gain is refused
+    by name."""
     motors = [MOTORS[0], 'resistance="1" motorconst="0.3" input="vel" controller="0 0 0.4 0 0 0"']
     m = mujoco.MjModel.from_xml_string(_scene(motors, actuators="", integrator="Euler"))
     assert m.na == 0
@@ -134,6 +135,9 @@ def test_stateless_dc_motors_without_activations_and_mixed_kinds_refused():
     mujoco.mj_step(m, d)
     np.testing.assert_allclose(np.asarray(out.qvel), d.qvel, atol=1e-12, rtol=0)
     np.testing.assert_allclose(np.asarray(out.actuator_force), d.actuator_force, atol=1e-12, rtol=0)
+    inductive = eqx.tree_at(lambda m: m.actuator_dynprm, model, model.actuator_dynprm.at[0, 0].set(0.01))
+    with pytest.raises(jsn.ModelError, match='"m0".*electrical time constant'):  # a state cannot appear by an edit
+        jsn.check_model(inductive)
 
     mixed = '<general name="odd" joint="j0" dyntype="dcmotor" dynprm="0.01" actearly="true"/>'
     m = mujoco.MjModel.from_xml_string(_scene([MOTORS[0]], actuators=mixed))
