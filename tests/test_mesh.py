@@ -273,6 +273,43 @@ def test_multiccd_manifolds_against_a_mesh_match_mujoco_and_finite_differences()
     check_directional(contact_loss, data.qpos, np.random.default_rng(1), n_dirs=2, rtol=1e-5)
 
 
+def test_cylinders_lying_across_a_mesh_block_match_mujoco_and_finite_differences():
+    """Cylinders lying on a mesh block's top face, tilted 1-2 deg and overhanging its edges (the block's
+    edge cuts into a side, so the contact normal is not the face's): each one's side line is its
+    support line towards the face (MuJoCo 4.0.1), clipped to the face. Contacts equal MuJoCo's to
+    1e-9 (the side line along the contact normal was 9e-6 off); their geometry's gradient w.r.t.
+    qpos equals central differences."""
+    block = 0.15 * CUBE * np.array([1.0, 1.0, 0.5])  # top face at z = 0.075
+    poses = [(0.12, 0, 1, 0, 30), (0.1, 0.05, 1.5, 20, 60), (-0.12, 0.02, -1, 0, -30), (0.13, -0.1, 2, 10, 10)]
+    bodies = "".join(f'<body pos="{x} {y} {0.075 + 0.04 - 0.002}" euler="{roll} {90 + tilt} {yaw}"><freejoint/>'
+                     f'<geom type="cylinder" size="0.04 0.12" contype="1" conaffinity="2"/></body>' for x, y, tilt, roll, yaw in poses)  # fmt: skip
+    m = mujoco.MjModel.from_xml_string(f"""<mujoco><option ccd_tolerance="1e-13" ccd_iterations="500" gravity="0 0 0"/>
+        <asset>{_mesh_assets({"block": block})}</asset><worldbody><geom type="mesh" mesh="block" contype="2"/>{bodies}</worldbody></mujoco>""")
+    d = mujoco.MjData(m)
+    mujoco.mj_forward(m, d)
+    model = jsn.from_mujoco(m)
+
+    def contact_loss(qpos):
+        c = driver.collide(model, smooth.kinematics(model, jsn.make_data(model).replace(qpos=qpos)))
+        w = jnp.where(c.mask, 1.0, 0.0)
+        return jnp.sum(w * c.dist) + jnp.sum(w[:, None] * c.pos**2) + jnp.sum(w[:, None] * c.frame[:, 0] * c.pos), c
+
+    value_and_grad = jax.jit(jax.value_and_grad(contact_loss, has_aux=True))
+    (_, contact), _ = value_and_grad(jnp.asarray(d.qpos))
+    mask = np.asarray(contact.mask)
+    assert int(mask.sum()) == d.ncon == 2 * len(poses)
+    geoms = model.constraints.contact_geom[mask]
+    pos, dist, normal = (np.asarray(a)[mask] for a in (contact.pos, contact.dist, contact.frame[:, 0]))
+    for c in d.contact[: d.ncon]:  # each of MuJoCo's contacts is one of ours (order within a pair aside)
+        ours = np.nonzero((geoms[:, 0] == c.geom[0]) & (geoms[:, 1] == c.geom[1]))[0]
+        k = ours[np.argmin(np.linalg.norm(pos[ours] - c.pos, axis=1))]
+        np.testing.assert_allclose(pos[k], c.pos, atol=1e-9)
+        np.testing.assert_allclose(dist[k], c.dist, atol=1e-9)
+        np.testing.assert_allclose(normal[k], c.frame[:3], atol=1e-9)
+    check_directional(None, jnp.asarray(d.qpos), np.random.default_rng(0), n_dirs=2, rtol=1e-5,
+                      value_and_grad=lambda q: (lambda out: (out[0][0], out[1]))(value_and_grad(q)))  # fmt: skip
+
+
 def test_cylinder_side_line_along_its_axis_has_no_round_off_azimuth():
     """multiccd's cylinder side line where the contact direction is its axis up to round-off
     (float32 EPA lands there exactly: the mesh fuzz's NaN gradient, a rollout whose adjoint grew

@@ -299,15 +299,18 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
         use1 = ~aligned & edge1 & (first1 | ~edge2)
         use2 = ~aligned & ~use1 & edge2
 
+        edges1 = f1.edges[e1]
+        if k1 == CYLINDER:  # its side line towards the face it lies on (MuJoCo 4.0.1), not along the contact normal
+            edges1 = _edge(CYLINDER, g1, None, -f2.normals[f2e], one)[0]
         size = 2 * rows + 4
         # reference polygon and normal, incident polygon (or edge), witness direction
         ref, nref, rn = tree_where(use1, (f2.polys[f2e], f2.counts[f2e], f2.normals[f2e]),
                               tree_where(use2, (f1.polys[f1e], f1.counts[f1e], f1.normals[f1e]),
                                     (f1.polys[i], f1.counts[i], f1.normals[i])))  # fmt: skip
         inc, ninc = tree_where(aligned, _pad(f2.polys[j], f2.counts[j], size),
-                          _pad(tree_where(use1, f1.edges[e1], f2.edges[e2]), 2, size))  # fmt: skip
+                          _pad(tree_where(use1, edges1, f2.edges[e2]), 2, size))  # fmt: skip
         rdir = jnp.where(aligned, f2.normals[j], -rn)
-        edge = tree_where(use1, f1.edges[e1], f2.edges[e2])
+        edge = tree_where(use1, edges1, f2.edges[e2])
         edge_axis = jax.lax.stop_gradient(edge[1] - edge[0])
         w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
         p1, p2 = tree_where(use1, (w2, w1), (w1, w2))
