@@ -95,6 +95,21 @@ def _assert_contacts_match(model, out, d, tol):
             np.testing.assert_allclose(frame[i], c.frame.reshape(3, 3), atol=tol)
 
 
+def _assert_contact_sets_match(model, contact, d, tol):
+    """As many contacts as MuJoCo, and each of MuJoCo's is one of ours (the nearest of its pair's;
+    the order within a pair aside): distance, position and normal."""
+    mask = np.asarray(contact.mask)
+    assert int(mask.sum()) == d.ncon
+    geoms = model.constraints.contact_geom[mask]
+    dist, pos, normal = (np.asarray(a)[mask] for a in (contact.dist, contact.pos, contact.frame[:, 0]))
+    for c in d.contact[: d.ncon]:
+        ours = np.nonzero((geoms[:, 0] == c.geom[0]) & (geoms[:, 1] == c.geom[1]))[0]
+        k = ours[np.argmin(np.linalg.norm(pos[ours] - c.pos, axis=1))]
+        np.testing.assert_allclose(pos[k], c.pos, atol=tol)
+        np.testing.assert_allclose(dist[k], c.dist, atol=tol)
+        np.testing.assert_allclose(normal[k], c.frame[:3], atol=tol)
+
+
 STEPS = 100
 _ROLLOUT = jax.jit(lambda model, data: jsn.rollout(model, data, jnp.zeros((STEPS, model.nu))))
 
@@ -247,18 +262,9 @@ def test_multiccd_manifolds_against_a_mesh_match_mujoco_and_finite_differences()
     data = jsn.make_data(model).replace(qpos=jnp.asarray(d.qpos), qvel=jnp.asarray(d.qvel))
     _, traj = jax.jit(lambda data: jsn.rollout(model, data, jnp.zeros((40, 0))))(data)
     contact = jax.tree.map(lambda x: x[0], traj.contact)  # at the initial state
-    mask = np.asarray(contact.mask)
-    geoms = model.constraints.contact_geom[mask]
-    dist, pos, normal = (np.asarray(a)[mask] for a in (contact.dist, contact.pos, contact.frame[:, 0]))
     per_body = [sum(1 for c in d.contact[: d.ncon] if g in c.geom) for g in range(1, 5)]
     assert per_body == [2, 2, 2, 4]  # MuJoCo's manifolds: tilted face, edge, capsule side, face
-    assert int(mask.sum()) == d.ncon
-    for c in d.contact[: d.ncon]:  # each of MuJoCo's contacts is one of ours (order within a pair aside)
-        ours = np.nonzero((geoms[:, 0] == c.geom[0]) & (geoms[:, 1] == c.geom[1]))[0]
-        k = ours[np.argmin(np.linalg.norm(pos[ours] - c.pos, axis=1))]
-        np.testing.assert_allclose(pos[k], c.pos, atol=1e-9)
-        np.testing.assert_allclose(dist[k], c.dist, atol=1e-9)
-        np.testing.assert_allclose(normal[k], c.frame[:3], atol=1e-9)
+    _assert_contact_sets_match(model, contact, d, 1e-9)
     np.testing.assert_allclose(traj.qacc[0], d.qacc, rtol=0, atol=1e-8 * np.abs(d.qacc).max())
     for t in range(40):
         mujoco.mj_step(m, d)
@@ -296,16 +302,8 @@ def test_cylinders_lying_across_a_mesh_block_match_mujoco_and_finite_differences
 
     value_and_grad = jax.jit(jax.value_and_grad(contact_loss, has_aux=True))
     (_, contact), _ = value_and_grad(jnp.asarray(d.qpos))
-    mask = np.asarray(contact.mask)
-    assert int(mask.sum()) == d.ncon == 2 * len(poses)
-    geoms = model.constraints.contact_geom[mask]
-    pos, dist, normal = (np.asarray(a)[mask] for a in (contact.pos, contact.dist, contact.frame[:, 0]))
-    for c in d.contact[: d.ncon]:  # each of MuJoCo's contacts is one of ours (order within a pair aside)
-        ours = np.nonzero((geoms[:, 0] == c.geom[0]) & (geoms[:, 1] == c.geom[1]))[0]
-        k = ours[np.argmin(np.linalg.norm(pos[ours] - c.pos, axis=1))]
-        np.testing.assert_allclose(pos[k], c.pos, atol=1e-9)
-        np.testing.assert_allclose(dist[k], c.dist, atol=1e-9)
-        np.testing.assert_allclose(normal[k], c.frame[:3], atol=1e-9)
+    assert d.ncon == 2 * len(poses)
+    _assert_contact_sets_match(model, contact, d, 1e-9)
     check_directional(None, jnp.asarray(d.qpos), np.random.default_rng(0), n_dirs=2, rtol=1e-5,
                       value_and_grad=lambda q: (lambda out: (out[0][0], out[1]))(value_and_grad(q)))  # fmt: skip
 
