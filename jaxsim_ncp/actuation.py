@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import constraint, dcmotor, history, math, passive, smooth
+from .dcmotor import INPUT_FF, INPUT_POS, INPUT_VEL, anti_windup, slew_limit
 from .types import TRN_BODY, TRN_JOINT, TRN_JOINTINPARENT, TRN_SITE, TRN_SLIDERCRANK, TRN_TENDON, BiasType, Data, DynType, GainType, JointType, Model
 
 MINVAL = 1e-15  # mjMINVAL
@@ -236,9 +237,6 @@ def _time_constant(model: Model):
     return jnp.maximum(MINVAL, model.actuator_dynprm[:, 0])
 
 
-INPUT_POS, INPUT_VEL, INPUT_FF = 1, 2, 4  # mjtCtrlInput bits of a control block
-
-
 def _actnum(topo) -> np.ndarray:
     """Activation states per actuator (one per stateful actuator where the topology predates actnum)."""
     if topo.actuator_actnum:
@@ -347,19 +345,13 @@ def _activation_rates(model: Model, data: Data, inputs, length, period):
     if (slew_adr >= 0).any():
         a = np.nonzero(slew_adr >= 0)[0]
         prev, limit = data.act[slew_adr[a]], model.actuator_dynprm[a, 1]
-        step = limit * h
-        target = _wrap(inputs[a, 0], prev, period[a])
-        limited = jnp.clip(target, prev - step, prev + step)
-        act_dot = act_dot.at[slew_adr[a]].set(jnp.where(limit > 0, (limited - prev) / h, 0.0))
+        limited, rate = slew_limit(_wrap(inputs[a, 0], prev, period[a]), prev, limit, h)
+        act_dot = act_dot.at[slew_adr[a]].set(jnp.where(limit > 0, rate, 0.0))
         inputs = inputs.at[a, 0].set(jnp.where(limit > 0, limited, inputs[a, 0]))
     if (integral_adr >= 0).any():
         a = np.nonzero(integral_adr >= 0)[0]
-        err = inputs[a, 0] - length[a]
-        p = period[a]
-        err = jnp.where(p > 0, err - p * _round(err / jnp.where(p > 0, p, 1.0)), err)
-        z, imax = data.act[integral_adr[a]], model.actuator_dynprm[a, 0]
-        err = jnp.where((imax > 0) & (z >= imax), jnp.minimum(err, 0.0),
-                        jnp.where((imax > 0) & (z <= -imax), jnp.maximum(err, 0.0), err))  # fmt: skip
+        err = _wrap(inputs[a, 0] - length[a], 0.0, period[a])  # the error on the circle
+        err = anti_windup(err, data.act[integral_adr[a]], model.actuator_dynprm[a, 0])
         act_dot = act_dot.at[integral_adr[a]].set(jnp.where(model.actuator_gainprm[a, 0] > 0, err, 0.0))
     return inputs, act_dot
 
@@ -460,12 +452,13 @@ def actuation(model: Model, data: Data) -> Data:
     inputs = control_inputs(model, ctrl)
     period = wrap_period(model)
     motors = dcmotor.actuators(model)
+    drive = dcmotor.inputs(model, data.act, ctrl, length, velocity) if len(motors) else None
 
     act_dot, act_next = data.act_dot, None
     if model.na:
         inputs, act_dot = _activation_rates(model, data, inputs, length, period)
         if len(motors):
-            act_dot = dcmotor.activation_rates(model, data.act, act_dot, ctrl, length, velocity)
+            act_dot = dcmotor.activation_rates(model, data.act, act_dot, drive, length, velocity)
         if np.any(topo.actuator_actearly):
             act_next = next_activation(model, data.act, act_dot, velocity=velocity)
     inp = _activation_input(model, data, inputs[:, 0], act_next)
@@ -478,7 +471,7 @@ def actuation(model: Model, data: Data) -> Data:
     if pid.any():
         force = jnp.where(pid, _pid_force(model, data, inputs, length, period, act_next), force)
     if len(motors):
-        force = force.at[motors].set(dcmotor.force(model, data.act, act_next, ctrl, length, velocity))
+        force = force.at[motors].set(dcmotor.force(model, data.act, act_next, drive.volts, velocity))
     force = _clamp_tendon_totals(model, _enabled(model, force + bias))
     limited = np.asarray(topo.actuator_forcelimited)
     force = jnp.where(limited, jnp.clip(force, model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]), force)
@@ -536,15 +529,15 @@ def actuator_velocity_derivative(model: Model, data: Data):
     slope = slope[0] * inp + slope[1]
     motors = dcmotor.actuators(model)
     if len(motors):
-        slope = slope.at[motors].set(dcmotor.velocity_slope(model, data.act, ctrl, length, velocity))
+        slope = slope.at[motors].set(dcmotor.velocity_slope(model, data.act, dcmotor.inputs(model, data.act, ctrl, length, velocity), velocity))
     slope = _enabled(model, slope)
     limited = np.asarray(model.topology.actuator_forcelimited)
     if limited.any():
         lo, hi = model.actuator_forcerange[:, 0], model.actuator_forcerange[:, 1]
         force = data.actuator_force
         if len(motors):  # a DC motor's current limit: its electrical force, without cogging and friction
-            applied = clamped_ctrl(model, history.delayed_ctrl(model, data))
-            force = force.at[motors].set(dcmotor.force(model, data.act, act_next, applied, length, velocity))
+            applied = dcmotor.inputs(model, data.act, clamped_ctrl(model, history.delayed_ctrl(model, data)), length, velocity)
+            force = force.at[motors].set(dcmotor.force(model, data.act, act_next, applied.volts, velocity))
         slope = jnp.where(limited & ((force <= lo) | (force >= hi)), 0.0, slope)
     return moment.T @ (slope[:, None] * moment)
 

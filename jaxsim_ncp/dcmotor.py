@@ -21,14 +21,42 @@ armature current (te).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax.numpy as jnp
 import numpy as np
 
 from .types import DynType, Model
 
 MINVAL = 1e-15
-INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE = 1, 2, 4, 8
+INPUT_POS, INPUT_VEL, INPUT_FF, INPUT_VOLTAGE = 1, 2, 4, 8  # mjtCtrlInput bits of a control block
 SLEW, INTEGRAL, TEMPERATURE, BRISTLE, CURRENT = range(5)
+# the parameter whose sign decides each slot (present when positive; mj_dcmotorSlots): (array, column, name)
+SLOT_PARAMETERS = (("dynprm", 7, "slewmax"), ("gainprm", 5, "ki"), ("dynprm", 2, "thermal resistance"),
+                   ("dynprm", 5, "LuGre stiffness"), ("dynprm", 0, "electrical time constant"))  # fmt: skip
+
+
+def slew_limit(u, previous, slewmax, h):
+    """slewLimit (a pid's or DC motor's first input): u clipped to previous +- slewmax h, and its rate."""
+    step = slewmax * h
+    limited = jnp.clip(u, previous - step, previous + step)
+    return limited, (limited - previous) / h
+
+
+def anti_windup(error, integral, imax):
+    """A controller integral's rate: the error, not accumulated beyond +-imax where imax > 0."""
+    return jnp.where((imax > 0) & (integral >= imax), jnp.minimum(error, 0.0),
+                     jnp.where((imax > 0) & (integral <= -imax), jnp.maximum(error, 0.0), error))  # fmt: skip
+
+
+class Drive(NamedTuple):
+    """Per DC motor: its inputs (pos, vel, ff, voltage) after the slew limit, the slew state's rate,
+    the drive voltage V and whether the controller's V is at Vmax."""
+
+    u4: jnp.ndarray
+    slew_rate: jnp.ndarray
+    volts: jnp.ndarray
+    saturated: jnp.ndarray
 
 
 def actuators(model: Model) -> np.ndarray:
@@ -45,14 +73,14 @@ def slot_addresses(model: Model) -> np.ndarray:
     return np.where(offsets >= 0, adr[:, None] + offsets, -1)
 
 
-def _block(model: Model, ctrl, a) -> tuple[jnp.ndarray, np.ndarray]:
-    """The actuators' raw control blocks, (n, 4) padded with 0, and their control counts."""
+def _block(model: Model, ctrl, a) -> jnp.ndarray:
+    """The actuators' raw control blocks, (n, 4) padded with 0."""
     topo = model.topology
     adr = np.asarray(topo.actuator_ctrladr, dtype=np.int64)[a]
     num = np.asarray(topo.actuator_ctrlnum, dtype=np.int64)[a]
     present = np.arange(4)[None, :] < num[:, None]
     index = np.where(present, adr[:, None] + np.arange(4)[None, :], 0)
-    return jnp.where(present, ctrl[index] if model.nu else 0.0, 0.0), num
+    return jnp.where(present, ctrl[index] if model.nu else 0.0, 0.0)
 
 
 def _unpack(model: Model, block, a):
@@ -101,37 +129,29 @@ def _state(act, slots, which):
     return jnp.where(slots[:, which] >= 0, act[np.maximum(slots[:, which], 0)], 0.0)
 
 
-def inputs(model: Model, act, ctrl, length, velocity):
-    """Per DC motor: (u4 after the slew limit, spec, the slew state's rate, drive voltage V, V at Vmax)."""
+def inputs(model: Model, act, ctrl, length, velocity) -> Drive:
+    """Each DC motor's `Drive` from the (clamped, delayed) controls."""
     a, slots = actuators(model), slot_addresses(model)
-    block, _ = _block(model, ctrl, a)
-    h = model.opt.timestep
-    prev, step = _state(act, slots, SLEW), model.actuator_dynprm[a, 7] * h
-    limited = jnp.clip(block[:, 0], prev - step, prev + step)
+    block = _block(model, ctrl, a)
+    limited, rate = slew_limit(block[:, 0], _state(act, slots, SLEW), model.actuator_dynprm[a, 7], model.opt.timestep)
     slew = slots[:, SLEW] >= 0
-    slew_rate = jnp.where(slew, (limited - prev) / h, 0.0)
     block = block.at[:, 0].set(jnp.where(slew, limited, block[:, 0]))
     u4, spec = _unpack(model, block, a)
     volts, saturated = _voltage(model, a, u4, spec, length[a], velocity[a], _state(act, slots, INTEGRAL))
-    return u4, spec, slew_rate, volts, saturated
+    return Drive(u4, jnp.where(slew, rate, 0.0), volts, saturated)
 
 
-def activation_rates(model: Model, act, act_dot, ctrl, length, velocity):
+def activation_rates(model: Model, act, act_dot, drive: Drive, length, velocity):
     """act_dot of every DC motor slot (mj_fwdActuation's mjDYN_DCMOTOR case)."""
     a, slots = actuators(model), slot_addresses(model)
-    if len(a) == 0:
-        return act_dot
-    u4, _, slew_rate, volts, _ = inputs(model, act, ctrl, length, velocity)
+    volts = drive.volts
     g, d = model.actuator_gainprm[a], model.actuator_dynprm[a]
     length, velocity = length[a], velocity[a]
     k, te = g[:, 1], d[:, 0]
     resistance = _resistance(model, a, act, slots)
     current = _state(act, slots, CURRENT)
 
-    x_integral, imax = _state(act, slots, INTEGRAL), d[:, 8]
-    error = u4[:, 0] - length
-    error = jnp.where((imax > 0) & (x_integral >= imax), jnp.minimum(error, 0.0),
-                      jnp.where((imax > 0) & (x_integral <= -imax), jnp.maximum(error, 0.0), error))  # fmt: skip
+    error = anti_windup(drive.u4[:, 0] - length, _state(act, slots, INTEGRAL), d[:, 8])
     safe_r = jnp.where(resistance == 0, 1.0, resistance)
     stateless_current = (volts - k * velocity) / safe_r
     i_now = jnp.where(slots[:, CURRENT] >= 0, current, stateless_current)
@@ -141,18 +161,17 @@ def activation_rates(model: Model, act, act_dot, ctrl, length, velocity):
     safe_te = jnp.where(te > 0, te, 1.0)
     i_dot = (volts / safe_r - k / safe_r * velocity - current) / safe_te
     i_dot = jnp.where(d[:, 1] > 0, jnp.clip(i_dot, -d[:, 1], d[:, 1]), i_dot)
-    for which, rate in ((SLEW, slew_rate), (INTEGRAL, error), (TEMPERATURE, heating), (BRISTLE, bristle), (CURRENT, i_dot)):
+    for which, rate in ((SLEW, drive.slew_rate), (INTEGRAL, error), (TEMPERATURE, heating), (BRISTLE, bristle), (CURRENT, i_dot)):
         has = slots[:, which] >= 0
         if has.any():
             act_dot = act_dot.at[slots[has, which]].set(rate[has])
     return act_dot
 
 
-def force(model: Model, act, act_next, ctrl, length, velocity):
+def force(model: Model, act, act_next, volts, velocity):
     """The DC motors' electrical force before the forcerange clamp: K i (the next current if
     actearly), or K/R (V - K dl/dt) without a current state."""
     a, slots = actuators(model), slot_addresses(model)
-    _, _, _, volts, _ = inputs(model, act, ctrl, length, velocity)
     k = model.actuator_gainprm[a, 1]
     current = _state(act, slots, CURRENT)
     if act_next is not None:
@@ -201,17 +220,17 @@ def next_activation(model: Model, act, previous, act_dot, velocity):
     return act
 
 
-def velocity_slope(model: Model, act, ctrl, length, velocity):
+def velocity_slope(model: Model, act, drive: Drive, velocity):
     """d force / d(dl/dt) of each DC motor as MuJoCo 4.0.1's mjd_actuator_vel: K/R (dV/dw - K), times
     1 - exp(-h/te) through a current state (zero while di/dt is at its limit), with the controller's
     dV/dw = -kd R/K + K (zero while V is at Vmax) and R at the winding's temperature; -sigma1 for
     LuGre's damping (its bristle-rate term neglected, as MuJoCo)."""
     a, slots = actuators(model), slot_addresses(model)
-    _, spec, _, volts, saturated = inputs(model, act, ctrl, length, velocity)
+    volts = drive.volts
     g, d = model.actuator_gainprm[a], model.actuator_dynprm[a]
     k, te, dimax = g[:, 1], d[:, 0], d[:, 1]
-    controlled = (spec & (INPUT_POS | INPUT_VEL | INPUT_FF)) != 0
-    dv_dw = jnp.where(controlled & ~saturated, -g[:, 6] * g[:, 0] / jnp.where(controlled, k, 1.0) + k, 0.0)
+    controlled = (np.asarray(model.topology.actuator_ctrlspec, dtype=np.int64)[a] & (INPUT_POS | INPUT_VEL | INPUT_FF)) != 0
+    dv_dw = jnp.where(controlled & ~drive.saturated, -g[:, 6] * g[:, 0] / jnp.where(controlled, k, 1.0) + k, 0.0)
     resistance = jnp.maximum(MINVAL, _resistance(model, a, act, slots))
     slope = k / resistance * (dv_dw - k)
     i_dot = (volts - k * velocity[a]) / resistance - _state(act, slots, CURRENT)  # times te

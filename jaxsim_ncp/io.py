@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 
-from . import collision, ray, sensor
+from . import collision, dcmotor, ray, sensor
 from .cfd import CFD, pair_mask
 from .collision import FUNCTIONS
 from .collision.hfield import HFIELD, PARTNERS as HFIELD_PARTNERS, window as hfield_window
@@ -640,8 +640,7 @@ def _dcmotor_slots(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
     (-1 where absent; present when slewmax, ki, the thermal resistance, sigma0, te is positive)."""
     if int(m.actuator_dyntype[a]) != DynType.DCMOTOR:
         return (-1,) * 5
-    dyn, gain = m.actuator_dynprm[a], m.actuator_gainprm[a]
-    present = (dyn[7] > 0, gain[5] > 0, dyn[2] > 0, dyn[5] > 0, dyn[0] > 0)
+    present = [getattr(m, f"actuator_{array}")[a, column] > 0 for array, column, _ in dcmotor.SLOT_PARAMETERS]
     offsets, count = [], 0
     for p in present:
         offsets.append(count if p else -1)

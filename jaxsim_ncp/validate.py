@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import dcmotor
 from .types import Data, DynType, JointType, Model
 
 _GEOM_SIZES = {2: 1, 3: 2, 4: 3, 5: 2, 6: 3}  # sphere, capsule, ellipsoid, cylinder, box: sizes used
@@ -192,12 +193,8 @@ def _check_dc_motors(c: _Checker, topo) -> None:
     """A DC motor's states are fixed at load by the signs of their parameters (slewmax, ki, thermal
     resistance, LuGre stiffness, electrical time constant): an edit that would add or remove one fails."""
     slots = np.asarray(topo.actuator_dcmotor_slots, dtype=np.int64)
-    dyn, gain = c.leaf("actuator_dynprm"), c.leaf("actuator_gainprm")
     motor = np.asarray(topo.actuator_dyntype) == DynType.DCMOTOR
-    for k, (field, column, name) in enumerate((("actuator_dynprm", 7, "slewmax"), ("actuator_gainprm", 5, "ki"),
-                                               ("actuator_dynprm", 2, "thermal resistance"),
-                                               ("actuator_dynprm", 5, "LuGre stiffness"),
-                                               ("actuator_dynprm", 0, "electrical time constant"))):  # fmt: skip
-        value = (dyn if field == "actuator_dynprm" else gain)[..., column]
-        c.fail(field, motor & ((value > 0) != (slots[:, k] >= 0)),
+    for k, (array, column, name) in enumerate(dcmotor.SLOT_PARAMETERS):
+        field = f"actuator_{array}"
+        c.fail(field, motor & ((c.leaf(field)[..., column] > 0) != (slots[:, k] >= 0)),
                f"a DC motor's {name} changed sign: its activation state is fixed when the model is loaded (reload the MJCF)")
