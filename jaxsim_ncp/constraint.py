@@ -6,7 +6,8 @@ limits, contacts) with a fixed count (`ConstraintLayout.nefc`) and a mask for ro
 that do not exist at this state.
 
     impedance  d(r) from solimp (eq. "impedance"), r = pos - margin
-    R        = max(mjMINVAL, (1 - d) / d * diagApprox)          diagApprox from invweight0
+    R        = max(mjMINVAL, (1 - d) / d * diagApprox)          diagApprox from invweight0, or with
+               <flag diagexact="enable"/> the exact A_ii = J_i M^-1 J_i^T (= |Y_i|^2, Y = J M^-1/2)
                (and R >= 100 eps diagApprox: binds only in float32, see _PRECISION_FLOOR)
     aref     = -b (J v) - k d r,   k = 1/(dmax^2 tc^2 dr^2), b = 2/(dmax tc)  (standard solref)
                                    k = -solref[0]/dmax^2, b = -solref[1]/dmax  (direct solref)
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from . import math
+from . import linalg, math
 from .cfd import CFD, pair_mask, reference_distance
 from .smooth import point_jacobian
 from .types import Contact, Data, JointType, Model
@@ -90,12 +91,22 @@ def apply_transpose(efc: Efc, f: Float[Array, " nefc"]) -> Float[Array, " nv"]:
 
 def dense_jacobian(efc: Efc) -> Float[Array, "nefc nv"]:
     """J with every row dense (efc_J of Data)."""
-    if efc.Jc is None:
-        return efc.J
-    nv = efc.J.shape[1]
-    rows = jnp.arange(efc.Jc.shape[0])[:, None]
-    contact = jnp.zeros((efc.Jc.shape[0], nv), efc.Jc.dtype).at[rows, efc.dofs].set(efc.Jc, mode="drop")
-    return jnp.concatenate([efc.J, contact])
+    return efc.J if efc.Jc is None else _dense_rows(efc.J, efc.Jc, efc.dofs)
+
+
+def _dense_rows(J: Float[Array, "nJ nv"], Jc: Float[Array, "ncrow w"], dofs: Int[Array, "ncrow w"]) -> Float[Array, "nefc nv"]:
+    """J's dense rows followed by the sparse contact rows Jc (over dofs) made dense."""
+    rows = jnp.arange(Jc.shape[0])[:, None]
+    contact = jnp.zeros((Jc.shape[0], J.shape[1]), Jc.dtype).at[rows, dofs].set(Jc, mode="drop")
+    return jnp.concatenate([J, contact])
+
+
+def exact_diagonal(qM: Float[Array, "nv nv"], J: Float[Array, "nefc nv"]) -> Float[Array, " nefc"]:
+    """mj_makeY with diagexact: the constraint-space inverse inertia's diagonal A_ii = J_i M^-1 J_i^T
+    at the current configuration (Computation, "Diagonal approximation"), replacing diagApprox."""
+    if J.shape[0] == 0 or J.shape[1] == 0:
+        return jnp.zeros(J.shape[:1], J.dtype)
+    return jnp.sum(J * linalg.solve_spd(qM, J.T).T, axis=1)
 
 
 # ---------------------------------------------------------------------- Jacobians
@@ -645,12 +656,15 @@ def make_efc(model: Model, data: Data, cfd: CFD | None = None, contacts: EfcCont
         imp = imp.at[first:].set(jnp.where(wide, cfd_impedance(cfd, solimp[first:], rows.imp_r[first:]), imp[first:]))
         r_ref = r_ref.at[first:].set(jnp.where(wide, reference_distance(r_ref[first:], cfd.softplus_length), r_ref[first:]))
     dmax = solimp[:, 1]
-    R = jnp.maximum(MINVAL, (1 - imp) * rows.diag_approx / imp)
+    diag = rows.diag_approx
+    if model.opt.diag_exact:
+        diag = exact_diagonal(data.qM, _dense_rows(rows.J, tail.J, dofs[layout.row_contact]) if sparse else rows.J)
+    R = jnp.maximum(MINVAL, (1 - imp) * diag / imp)
 
     mu = jnp.zeros((layout.nefc_contact,), model.dtype)
     if layout.ncon:
         R, mu = _contact_regularizer(model, contacts.contact.friction, R)
-    R = jnp.maximum(R, _PRECISION_FLOOR * jnp.finfo(R.dtype).eps * rows.diag_approx)
+    R = jnp.maximum(R, _PRECISION_FLOOR * jnp.finfo(R.dtype).eps * diag)
     D = 1.0 / R
     tc, dr = solref[:, 0], solref[:, 1]
     k_std = 1.0 / jnp.maximum(MINVAL, dmax**2 * tc**2 * dr**2)

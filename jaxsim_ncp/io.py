@@ -199,6 +199,7 @@ def from_mujoco(
         o_solimp=f(m.opt.o_solimp),
         o_friction=f(m.opt.o_friction),
         override=_override(m),
+        diag_exact=bool(int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_DIAGEXACT)),
         fluid=bool(m.opt.density != 0 or m.opt.viscosity != 0),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),
@@ -599,6 +600,8 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
             unsupported(f"equality {ename!r} of type {mujoco.mjtEq(etype).name} (connect, weld, joint and tendon are supported)")
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SLEEP):
         unsupported("sleeping islands (option/flag sleep)")
+    if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SPECULATIVE):
+        unsupported("speculative contacts (option/flag speculative)")
 
     for j in range(m.njnt):
         jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)

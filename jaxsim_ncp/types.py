@@ -511,6 +511,7 @@ class Option(eqx.Module):
     ls_iterations: int = eqx.field(static=True, default=50)
     cone: str = eqx.field(static=True, default="pyramidal")
     disableflags: tuple[str, ...] = eqx.field(static=True, default=())
+    diag_exact: bool = eqx.field(static=True, default=False)  # <flag diagexact="enable"/>: exact A_ii in R (constraint.py)
     tolerance: float = eqx.field(static=True, default=1e-8)
     ls_tolerance: float = eqx.field(static=True, default=0.01)
     grad_mode: str = eqx.field(static=True, default="implicit")  # solver reverse mode: "implicit" | "unroll"

@@ -51,6 +51,9 @@ def test_malformed_xml_raises():
         # MuJoCo 4's sleeping islands are not simulated yet
         ("<mujoco><option><flag sleep='enable'/></option><worldbody><geom type='plane' size='1 1 .1'/>"
          "<body><freejoint/><geom size='.1'/></body></worldbody></mujoco>", r"sleeping islands \(option/flag sleep\)"),
+        # nor speculative contacts (MuJoCo 4's conservative advancement against tunnelling)
+        ("<mujoco><option><flag speculative='enable'/></option><worldbody><geom type='plane' size='1 1 .1'/>"
+         "<body><freejoint/><geom size='.1'/></body></worldbody></mujoco>", r"speculative contacts \(option/flag speculative\)"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='callback' joint='j' gaintype='user'/></actuator></mujoco>", "actuator 'callback' gaintype mjGAIN_USER"),
     ],
