@@ -18,6 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Bool, Float
 
 from . import constraint, dcmotor, history, math, passive, smooth
 from .dcmotor import INPUT_FF, INPUT_POS, INPUT_VEL, anti_windup, slew_limit
@@ -478,14 +479,9 @@ def actuation(model: Model, data: Data) -> Data:
     if len(motors):  # cogging and LuGre friction, outside the current limit
         force = force + _enabled(model, jnp.zeros_like(force).at[motors].set(dcmotor.mechanical(model, data.act, act_dot, length)))
 
-    qfrc = moment.T @ force
-    if any(topo.jnt_actgravcomp):  # actuator-level gravity compensation, before the joint force clamp
-        to_actuators = np.asarray(topo.jnt_actgravcomp, dtype=bool)[np.asarray(topo.dof_jntid, dtype=np.int64)]
-        qfrc = qfrc + jnp.where(to_actuators, passive.gravcomp(model, data), 0.0)
-    jnt_limited = np.asarray(topo.jnt_actfrclimited, dtype=bool)
-    if jnt_limited.any():
-        jnt = np.nonzero(jnt_limited)[0]
-        d = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
+    qfrc = _joint_totals(model, data, moment, force)
+    jnt, d = _limited_joints(model)
+    if len(jnt):
         qfrc = qfrc.at[d].set(jnp.clip(qfrc[d], model.jnt_actfrcrange[jnt, 0], model.jnt_actfrcrange[jnt, 1]))
     return data.replace(
         actuator_length=length, actuator_velocity=velocity, actuator_force=force,
@@ -493,13 +489,62 @@ def actuation(model: Model, data: Data) -> Data:
     )
 
 
-def _clamp_tendon_totals(model: Model, force):
-    """Tendons with actuatorfrcrange: the actuators on such a tendon are scaled together so that
-    their total lies in the range (before each actuator's own forcerange clamp, as mj_fwdActuation)."""
+def _joint_totals(model: Model, data: Data, moment, force) -> Float[Array, " nv"]:
+    """Each dof's actuator force before the joints' actuatorfrcrange clamp: moment^T force plus the
+    actuator-level gravity compensation (jnt_actgravcomp)."""
+    qfrc = moment.T @ force
+    topo = model.topology
+    if any(topo.jnt_actgravcomp):
+        to_actuators = np.asarray(topo.jnt_actgravcomp, dtype=bool)[np.asarray(topo.dof_jntid, dtype=np.int64)]
+        qfrc = qfrc + jnp.where(to_actuators, passive.gravcomp(model, data), 0.0)
+    return qfrc
+
+
+def _limited_joints(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    """The joints with actuatorfrclimited and their dofs."""
+    jnt = np.nonzero(np.asarray(model.topology.jnt_actfrclimited, dtype=bool))[0]
+    return jnt, np.asarray(model.topology.jnt_dofadr, dtype=np.int64)[jnt]
+
+
+def _tendon_actuators(model: Model) -> tuple[np.ndarray, np.ndarray]:
+    """Whether each actuator drives a tendon with actuatorfrclimited, and its tendon (0 if none)."""
     topo = model.topology
     on_tendon = np.asarray(topo.actuator_trntype, dtype=np.int64) == TRN_TENDON
     ten = np.where(on_tendon, np.asarray(topo.actuator_trnid, dtype=np.int64), 0)
     limited = on_tendon & np.asarray(topo.tendon_actfrclimited + (False,), dtype=bool)[np.where(on_tendon, ten, -1)]
+    return limited, ten
+
+
+def _saturated_by_joint_or_tendon(model: Model, data: Data, moment) -> Bool[Array, " nactuator"] | None:
+    """MuJoCo 4.0.1's mjd_actuator_vel skips actuators saturated by a joint's or tendon's actuatorfrcrange
+    (probed against d.qDeriv): a joint (or jointinparent) actuator whose joint's total (`_joint_totals`) is
+    at or beyond its range, and a tendon actuator whose tendon's total actuator_force is within 1e-10 of
+    a bound (relative to it) or beyond. Actuators on other transmissions through such a joint count
+    towards its total but are not skipped."""
+    topo = model.topology
+    saturated = jnp.zeros(model.nactuator, bool)
+    jnt, dofs = _limited_joints(model)
+    if len(jnt):
+        total = _joint_totals(model, data, moment, data.actuator_force)[dofs]
+        at_limit = (total <= model.jnt_actfrcrange[jnt, 0]) | (total >= model.jnt_actfrcrange[jnt, 1])
+        trntype = np.asarray(topo.actuator_trntype, dtype=np.int64)
+        on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
+        slot = np.full(model.njnt + 1, -1)  # each limited joint's entry in at_limit; the last: none
+        slot[jnt] = np.arange(len(jnt))
+        entry = slot[np.where(on_joint, np.asarray(topo.actuator_trnid, dtype=np.int64), -1)]
+        saturated = jnp.where(entry >= 0, at_limit[np.maximum(entry, 0)], False)
+    limited, ten = _tendon_actuators(model)
+    if limited.any():
+        total = jnp.zeros(model.ntendon, data.actuator_force.dtype).at[ten[limited]].add(data.actuator_force[limited])[ten]
+        lo, hi = model.tendon_actfrcrange[ten, 0], model.tendon_actfrcrange[ten, 1]
+        saturated = saturated | (limited & ((total <= lo + 1e-10 * jnp.abs(lo)) | (total >= hi - 1e-10 * jnp.abs(hi))))
+    return saturated if len(jnt) or limited.any() else None
+
+
+def _clamp_tendon_totals(model: Model, force):
+    """Tendons with actuatorfrcrange: the actuators on such a tendon are scaled together so that
+    their total lies in the range (before each actuator's own forcerange clamp, as mj_fwdActuation)."""
+    limited, ten = _tendon_actuators(model)
     if not limited.any():
         return force
     total = jnp.zeros(model.ntendon, force.dtype).at[ten[limited]].add(force[limited])[ten]
@@ -514,7 +559,8 @@ def actuator_velocity_derivative(model: Model, data: Data):
     with the gain's and bias's velocity slopes (affine: g2, b2; muscle: the slope of FV; a pid's
     gain is 0, its kv in the bias; a DC motor's `dcmotor.velocity_slope`) and u the clamped control
     or the activation (the next one if actearly). An actuator whose force is at its forcerange adds
-    nothing (a DC motor: its electrical force, at its current limit)."""
+    nothing (a DC motor: its electrical force, at its current limit), nor one its joint's or tendon's
+    actuatorfrcrange saturates (`_saturated_by_joint_or_tendon`)."""
     if model.nactuator == 0 or model.opt.disabled("actuation"):
         return jnp.zeros((model.nv, model.nv), model.dtype)
     length, moment = transmission(model, data)
@@ -539,6 +585,9 @@ def actuator_velocity_derivative(model: Model, data: Data):
             applied = dcmotor.inputs(model, data.act, clamped_ctrl(model, history.delayed_ctrl(model, data)), length, velocity)
             force = force.at[motors].set(dcmotor.force(model, data.act, act_next, applied.volts, velocity))
         slope = jnp.where(limited & ((force <= lo) | (force >= hi)), 0.0, slope)
+    saturated = _saturated_by_joint_or_tendon(model, data, moment)
+    if saturated is not None:
+        slope = jnp.where(saturated, 0.0, slope)
     return moment.T @ (slope[:, None] * moment)
 
 

@@ -1,5 +1,6 @@
 """Gravity compensation (body/gravcomp), as a passive force and routed through actuators
-(joint/actuatorgravcomp, then clamped by actuatorfrcrange), against MuJoCo (float64)."""
+(joint/actuatorgravcomp, then clamped by actuatorfrcrange), and joint and tendon actuator force
+limits under the implicit integrators, against MuJoCo (float64)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +8,7 @@ import mujoco
 import numpy as np
 
 import jaxsim_ncp as jsn
+from test_gradients import check_directional
 from test_parity import mujoco_rollout, qpos_qvel
 
 ARM = """
@@ -56,3 +58,48 @@ def test_gravcomp_matches_mujoco():
     # the free ball floats (fully compensated) and the elbow's share shows up as actuation
     np.testing.assert_allclose(traj.qvel[-1, -6:-3], traj.qvel[0, -6:-3], atol=1e-12)
     assert abs(float(first.qfrc_actuator[1])) > 0.05 and float(first.qfrc_passive[1]) == 0.0
+
+
+LIMITED = """<mujoco><option integrator="implicitfast" timestep="0.01"/>
+  <default><geom contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body pos="0 0 1" gravcomp="1"><joint name="hinge" type="hinge" axis="0 1 0" actuatorgravcomp="true" actuatorfrcrange="-0.8 0.6"/>
+      <geom type="capsule" fromto="0 0 0 .3 0 0" size=".03"/>
+      <body pos=".3 0 0"><joint name="elbow" type="hinge" axis="0 1 0" actuatorfrcrange="-0.4 0.4"/>
+        <geom type="capsule" fromto="0 0 0 .2 0 0" size=".02"/></body></body>
+    <body pos="0 1 0"><joint name="slide" type="slide" axis="1 0 0"/><geom size=".05"/></body>
+  </worldbody>
+  <tendon><fixed name="cable" actuatorfrcrange="-0.3 0.5"><joint joint="slide" coef="1"/></fixed>
+    <fixed name="twist"><joint joint="elbow" coef="2"/></fixed></tendon>
+  <actuator>
+    <velocity joint="hinge" kv="2"/><position jointinparent="elbow" kp="3" kv="0.5"/><velocity tendon="twist" kv="0.3"/>
+    <velocity tendon="cable" kv="4" forcerange="-0.2 0.2"/><velocity tendon="cable" kv="1"/>
+  </actuator></mujoco>"""
+
+
+def test_saturated_actuators_add_no_implicit_damping():
+    """MuJoCo 4: an actuator saturated by its joint's actuatorfrcrange (the joint's total with the
+    actuator-level gravity compensation, at or beyond the range) or its tendon's (the total within 1e-10
+    of a bound) adds no velocity derivative to implicitfast's M - h D; actuators through a tendon on a
+    limited joint count towards its total but keep theirs. 200 steps of switching controls (the hinge
+    saturated in 130, the cable in 23) to round-off of MuJoCo (1.9 off in qvel with the derivative kept);
+    the rollout's gradient w.r.t. the controls against central differences."""
+    m = mujoco.MjModel.from_xml_string(LIMITED)
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model)
+    rng = np.random.default_rng(0)
+    ctrl = jnp.asarray(np.repeat(rng.uniform(-1, 1, size=(10, m.nu)) * [1.0, 0.6, 2.0, 0.3, 0.5], 20, axis=0))
+    weights = jnp.asarray(rng.normal(size=m.nq + m.nv))
+
+    def loss(u):
+        final, traj = jsn.rollout(model, data, u)
+        return jnp.dot(weights, jnp.concatenate([final.qpos, final.qvel])), traj
+
+    value_and_grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    (_, traj), _ = value_and_grad(ctrl)
+    ref = mujoco_rollout(m, mujoco.MjData(m), np.asarray(ctrl), qpos_qvel)
+    np.testing.assert_allclose(np.concatenate([traj.qpos, traj.qvel], axis=1), ref, rtol=0, atol=1e-12)
+    hinge = np.asarray(traj.qfrc_actuator[:, 0])
+    assert np.sum((hinge >= 0.6) | (hinge <= -0.8)) > 50  # the hinge's limit binds
+    check_directional(None, ctrl, np.random.default_rng(1), n_dirs=2, rtol=1e-5,
+                      value_and_grad=lambda u: (lambda out: (out[0][0], out[1]))(value_and_grad(u)))  # fmt: skip
