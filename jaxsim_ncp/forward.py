@@ -503,7 +503,10 @@ def step(model: Model, data: Data) -> Data:
     # the history buffers record the controls and the buffered sensors' current values, which
     # sensordata does not hold for a delayed sensor (mj_advance recomputes them too)
     buffered = tuple(b.index for b in history.sensor_buffers(model))
-    recorded = history.record(model, data, sensor.current_values(model, data, buffered) if buffered else None)
+    values = sensor.current_values(model, data, buffered) if buffered else None
+    if buffered and model.opt.disabled("sensor"):
+        values = history.unrefreshed(model, data, values)
+    recorded = history.record(model, data, values)
     if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
                     jnp.zeros_like(data.qacc_warmstart), recorded)  # fmt: skip

@@ -157,6 +157,19 @@ def sensor_readings(model: Model, data: Data, values: jnp.ndarray) -> jnp.ndarra
     return values
 
 
+def unrefreshed(model: Model, data: Data, sensor_values: jnp.ndarray) -> jnp.ndarray:
+    """The buffered sensors' values mj_advance records while sensors are disabled (option/flag sensor):
+    a delayed sensor's is computed for its buffer all the same, an interval sensor's is its sensordata,
+    which is not refreshed."""
+    adr, offset = model.topology.sensor_adr, 0
+    for b in sensor_buffers(model):
+        stale = data.sensordata[adr[b.index] : adr[b.index] + b.dim]
+        part = sensor_values[offset : offset + b.dim]
+        sensor_values = sensor_values.at[offset : offset + b.dim].set(jnp.where(model.sensor_delay[b.index] > 0, part, stale))
+        offset += b.dim
+    return sensor_values
+
+
 def record(model: Model, data: Data, sensor_values: jnp.ndarray | None) -> jnp.ndarray:
     """Data.history after mj_advance's recording at data.time: every buffered actuator's ctrl and,
     given the buffered sensors' current values (concatenated in `sensor_buffers` order), every

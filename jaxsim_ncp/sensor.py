@@ -575,8 +575,9 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
 
 def sensors(model: Model, data: Data) -> Data:
     """Data.sensordata: every sensor's value in MuJoCo's order, with its cutoff applied, or what its
-    history buffer holds for it (a delay or a sample interval, history.py)."""
-    if not model.topology.sensor_type:
+    history buffer holds for it (a delay or a sample interval, history.py). With sensors disabled
+    (option/flag sensor) sensordata keeps its values, as MuJoCo's mj_sensor* return early."""
+    if not model.topology.sensor_type or model.opt.disabled("sensor"):
         return data
     return data.replace(sensordata=history.sensor_readings(model, data, current_values(model, data)))
 

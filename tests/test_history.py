@@ -123,3 +123,24 @@ def test_disabled_actuator_groups_follow_mujoco():
         np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-12)
         np.testing.assert_allclose(traj.act[t], d.act, rtol=0, atol=1e-12)
     assert d.act[0] == 0 and d.act[1] != 0  # the disabled filter held, the enabled integrator moved
+
+
+def test_disabled_sensors_keep_their_values_and_buffers_record_as_mujoco():
+    """option/flag sensor="disable": sensordata is not refreshed (a value set by the user stays); the
+    buffers still record, a delayed sensor's value computed for it, an interval sensor's stale sensordata
+    (mj_advance). 12 steps against MuJoCo."""
+    xml = """<mujoco><option timestep="0.01"><flag sensor="disable"/></option><worldbody>
+      <body pos="0 1 .5"><joint name="h" type="hinge" axis="1 0 0"/><geom type="capsule" fromto="0 0 0 0 .3 0" size=".03"/></body>
+      </worldbody><sensor><jointpos joint="h" nsample="5" delay="0.02"/><jointvel joint="h"/>
+      <jointpos joint="h" nsample="3" interval="0.03"/></sensor></mujoco>"""
+    m = mujoco.MjModel.from_xml_string(xml)
+    d = mujoco.MjData(m)
+    d.qvel[0], d.sensordata[:] = 1.0, [0.5, -2.0, 0.25]
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model).replace(qvel=jnp.asarray(d.qvel), sensordata=jnp.asarray(d.sensordata))
+    _, traj = jax.jit(jsn.rollout)(model, data, jnp.zeros((12, 0)))
+    for t in range(12):
+        mujoco.mj_step(m, d)
+        np.testing.assert_array_equal(traj.sensordata[t], d.sensordata)
+        np.testing.assert_allclose(traj.history[t], d.history, rtol=0, atol=1e-15)
+    assert np.count_nonzero(d.history[2 + 5 + 5 :][2 + 3 :] == 0.25) >= 2  # the interval sensor recorded the stale value
