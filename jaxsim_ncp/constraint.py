@@ -190,7 +190,8 @@ def _weld_rotation(model: Model, data: Data, k: int):
 
 
 def _equality_rows(model: Model, data: Data) -> Rows:
-    """connect (3 rows), weld (6 rows), joint and tendon (1 row) equalities (mj_instantiateEquality)."""
+    """connect (3 rows), weld (6 rows), joint and tendon (1 row) equalities (mj_instantiateEquality);
+    the rows of those Data.eq_active switches off are masked."""
     layout = model.constraints
     if not layout.eq_ids:
         return _empty(model)
@@ -263,7 +264,7 @@ def _equality_rows(model: Model, data: Data) -> Rows:
             Rows(
                 J=J, pos=pos, margin=jnp.zeros((n,), model.dtype), diag_approx=diag,
                 solref=jnp.broadcast_to(solref, (n, 2)), solimp=jnp.broadcast_to(solimp, (n, 5)),
-                imp_r=imp_r, stiff=jnp.ones((n,), bool), mask=jnp.ones((n,), bool),
+                imp_r=imp_r, stiff=jnp.ones((n,), bool), mask=jnp.broadcast_to(data.eq_active[k], (n,)),
                 frictionloss=jnp.zeros((n,), model.dtype), jdot_v=jdot_v,
             )
         )  # fmt: skip
@@ -803,5 +804,6 @@ def unit_rows(model: Model, data: Data, limit_lookahead: Float[Array, " nl"]) ->
     return UnitRows(
         J=jnp.concatenate(J), gap=jnp.concatenate(gap), mu=jnp.concatenate(mu), inv_mass=jnp.concatenate(inv_mass),
         active=jnp.concatenate(active), friction=jnp.concatenate(friction),
-        Je=eq.J, pos_e=eq.pos, inv_mass_e=eq.diag_approx, index=jnp.concatenate(index),
+        Je=jnp.where(eq.mask[:, None], eq.J, 0.0), pos_e=jnp.where(eq.mask, eq.pos, 0.0), inv_mass_e=eq.diag_approx,
+        index=jnp.concatenate(index),
     )  # fmt: skip

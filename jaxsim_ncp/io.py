@@ -883,7 +883,7 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                     cells=cells,
                 )
             )
-    eq_ids = [] if off("equality") else [i for i in range(m.neq) if m.eq_active0[i]]
+    eq_ids = [] if off("equality") else list(range(m.neq))  # inactive ones too: Data.eq_active switches them
     friction_dofs = () if off("frictionloss") else tuple(int(d) for d in np.nonzero(m.dof_frictionloss > 0)[0])
     friction_tendons = () if off("frictionloss") else tuple(int(t) for t in np.nonzero(m.tendon_frictionloss > 0)[0])
     limit_jnts, limit_sides, limit_tendons, limit_tendon_sides = [], [], [], []
@@ -901,6 +901,7 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
     return ConstraintLayout(
         groups=tuple(groups),
         eq_ids=tuple(eq_ids),
+        eq_active0=tuple(bool(m.eq_active0[i]) for i in eq_ids),
         eq_types=tuple(int(m.eq_type[i]) for i in eq_ids),
         eq_sites=tuple(bool(m.eq_objtype[i] == mujoco.mjtObj.mjOBJ_SITE) for i in eq_ids),
         friction_dofs=friction_dofs,

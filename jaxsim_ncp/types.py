@@ -370,7 +370,8 @@ class ConstraintLayout:
     """
 
     groups: tuple[PairGroup, ...] = ()
-    eq_ids: tuple[int, ...] = ()  # active-at-load equality constraints
+    eq_ids: tuple[int, ...] = ()  # the equality constraints with rows: all of them (none with equality disabled)
+    eq_active0: tuple[bool, ...] = ()  # their eq_active0 (the initial Data.eq_active)
     eq_types: tuple[int, ...] = ()  # mjtEq of each (connect 0, weld 1, joint 2, tendon 3)
     eq_sites: tuple[bool, ...] = ()  # connect/weld between two sites (MJCF site1/site2): eq_obj*id are site ids
     friction_dofs: tuple[int, ...] = ()
@@ -786,6 +787,7 @@ class Data(eqx.Module):
     xfrc_applied: Float[Array, "nbody 6"]
     mocap_pos: Float[Array, "nmocap 3"]  # poses of the mocap bodies (world frame), set per world
     mocap_quat: Float[Array, "nmocap 4"]
+    eq_active: Bool[Array, " neq"]  # which equality constraints act (mjData.eq_active; none with equality disabled), per world
     qacc: Float[Array, " nv"]
     act_dot: Float[Array, " na"]
     diverged: Bool[Array, ""]
@@ -867,6 +869,7 @@ def make_data(model: Model) -> Data:
         xfrc_applied=z(nb, 6),
         mocap_pos=jnp.asarray(model.body_pos[mocap], dt),
         mocap_quat=jnp.asarray(model.body_quat[mocap], dt),
+        eq_active=jnp.asarray(model.constraints.eq_active0, bool).reshape(-1),
         qacc=z(model.nv),
         act_dot=z(model.na),
         diverged=jnp.zeros((), bool),

@@ -76,7 +76,7 @@ def _expected_shape(model: Model, field: str, cls: type = Model) -> tuple[int | 
 
 # the fields of Data that a step reads rather than derives
 _DATA_INPUTS = ("time", "qpos", "qvel", "act", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat",
-                "qacc_warmstart", "history")  # fmt: skip
+                "eq_active", "qacc_warmstart", "history")  # fmt: skip
 
 
 def conform_data(model: Model, data: Data) -> Data:

@@ -134,3 +134,38 @@ def test_the_adaptive_integrator_reads_the_mocap_poses():
     final, _ = jax.jit(jsn.rollout)(model, data, jnp.zeros((40, 0)))
     assert d.qpos[0] > 0.1  # the ball followed the hand
     np.testing.assert_allclose(final.qpos, d.qpos, atol=1e-6)
+
+
+GRASP = """<mujoco><option timestep="0.005" cone="elliptic"/><worldbody><geom type="plane" size="2 2 .1"/>
+  <body name="hand" mocap="true" pos="0 0 .3"><geom type="box" size=".02 .02 .02" contype="0" conaffinity="0"/></body>
+  <body name="box" pos="0 0 .05"><freejoint/><geom type="box" size=".05 .05 .05"/></body>
+  <body name="a" pos=".5 0 .3"><joint name="ja" type="hinge" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 .2 0 0" size=".02" contype="0" conaffinity="0"/></body>
+  <body name="b" pos=".5 .3 .3"><joint name="jb" type="hinge" axis="0 1 0"/><geom type="capsule" fromto="0 0 0 .2 0 0" size=".02" contype="0" conaffinity="0"/></body>
+  </worldbody><equality><weld name="grab" body1="hand" body2="box" relpose="0 0 -.08 1 0 0 0" active="false" solref=".02 1"/>
+  <joint name="couple" joint1="jb" joint2="ja"/><connect name="pin" body1="a" body2="world" anchor=".2 0 0" active="false"/></equality></mujoco>"""
+
+
+def test_equality_constraints_switch_on_and_off_per_world_as_mujoco():
+    """Data.eq_active (mjData.eq_active, from eq_active0): a weld to a mocap hand grabs a box off the
+    floor and lets it go, a pin holds a hinge, a joint coupling is cut. Two worlds in one batch, switched
+    on different schedules between three 100-step rollouts, each against its own MuJoCo run."""
+    m = mujoco.MjModel.from_xml_string(GRASP)
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model)
+    np.testing.assert_array_equal(data.eq_active, [False, True, False])
+    rollout = jax.jit(jax.vmap(lambda d: jsn.rollout(model, d, jnp.zeros((100, 0)))))
+    grab, cut = [True, True, True], [False, False, True]
+    schedules = ([grab, cut, [False, True, False]], [cut, grab, [True, False, False]])
+    refs = [mujoco.MjData(m) for _ in schedules]
+    worlds = jax.tree.map(lambda x: jnp.stack([x, x]), data)
+    for k in range(3):
+        worlds, traj = rollout(worlds.replace(eq_active=jnp.asarray([s[k] for s in schedules])))
+        for w, d in enumerate(refs):
+            d.eq_active[:] = schedules[w][k]
+            for t in range(100):
+                mujoco.mj_step(m, d)
+                np.testing.assert_allclose(traj.qpos[w, t], d.qpos, rtol=0, atol=1e-9)
+        if k == 0:
+            assert refs[0].qpos[2] > 0.15 and abs(refs[0].qpos[7]) < 0.05  # the box lifted, the pin holding
+            assert refs[1].qpos[2] < 0.06 and abs(refs[1].qpos[7]) < 0.05 and abs(refs[1].qpos[8]) > 1  # cut: b swings down
+    assert refs[0].qpos[2] < 0.06 and refs[1].qpos[2] > 0.15  # world 0 dropped the box, world 1 holds it

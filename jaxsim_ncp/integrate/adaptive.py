@@ -94,10 +94,10 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
     settings_ = model.opt.adaptive
     h = model.opt.timestep
     # what forward() reads besides the state; only float arrays, so that every adjoint (Backsolve's
-    # custom_vjp included) sees them as differentiable arguments
+    # custom_vjp included) sees them as differentiable arguments (eq_active as 0 / 1)
     inputs = dict(qpos=data.qpos, time=data.time, ctrl=data.ctrl, qfrc_applied=data.qfrc_applied,
                   xfrc_applied=data.xfrc_applied, qacc_warmstart=data.qacc, mocap_pos=data.mocap_pos,
-                  mocap_quat=data.mocap_quat, history=data.history)  # fmt: skip
+                  mocap_quat=data.mocap_quat, history=data.history, eq_active=data.eq_active.astype(h.dtype))  # fmt: skip
 
     def field(s, y, args):
         """d/ds of the state in the step's own time s = (t - t0) / h in [0, 1] (so the timestep,
@@ -106,7 +106,8 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
         h = model.opt.timestep
         delta, qvel, act = y
         qpos = integrate_pos(model, inputs["qpos"], delta, 1.0)
-        d = make_data(model).replace(**inputs).replace(qpos=qpos, qvel=qvel, act=act, time=inputs["time"] + s * h)
+        d = make_data(model).replace(**inputs).replace(qpos=qpos, qvel=qvel, act=act, time=inputs["time"] + s * h,
+                                                      eq_active=inputs["eq_active"] > 0.5)
         d = forward_fn(model, d)
         return h * dexp_inv(model, delta, qvel, exact=True), h * d.qacc, h * held(model, d.act_dot)
 
