@@ -94,7 +94,7 @@ def conform_data(model: Model, data: Data) -> Data:
         floating = x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)
         return jnp.asarray(x, dtype) if floating and jnp.result_type(x) != dtype else x
 
-    return jax.tree.map(cast, data)
+    return jax.tree.map(cast, data).replace(eq_active=jnp.asarray(data.eq_active, bool))  # 0 / 1 switches too
 
 
 class _Checker:
