@@ -45,6 +45,8 @@ def forward(model: Model, data: Data) -> Data:
     trees = None if model.ntendon else linalg.diagonal_blocks(model.topology.dof_treeid)
     qacc_smooth = linalg.solve_spd(data.qM, qfrc_smooth) if trees is None else linalg.solve_spd_blocks(data.qM, qfrc_smooth, trees)
     data = data.replace(qfrc_smooth=qfrc_smooth, qacc_smooth=qacc_smooth)
+    if model.opt.energy:  # mj_energyPos, mj_energyVel
+        data = data.replace(energy=jnp.stack(sensor.energy(model, data)))
     return sensor.sensors(model, _constraint_solve(model, data))
 
 

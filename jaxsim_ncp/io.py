@@ -200,6 +200,7 @@ def from_mujoco(
         o_friction=f(m.opt.o_friction),
         override=_override(m),
         diag_exact=bool(int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_DIAGEXACT)),
+        energy=bool(int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_ENERGY)),
         fluid=bool(m.opt.density != 0 or m.opt.viscosity != 0),
         tolerance=float(m.opt.tolerance),
         ls_tolerance=float(m.opt.ls_tolerance),

@@ -513,6 +513,7 @@ class Option(eqx.Module):
     cone: str = eqx.field(static=True, default="pyramidal")
     disableflags: tuple[str, ...] = eqx.field(static=True, default=())
     diag_exact: bool = eqx.field(static=True, default=False)  # <flag diagexact="enable"/>: exact A_ii in R (constraint.py)
+    energy: bool = eqx.field(static=True, default=False)  # <flag energy="enable"/>: forward fills Data.energy
     tolerance: float = eqx.field(static=True, default=1e-8)
     ls_tolerance: float = eqx.field(static=True, default=0.01)
     grad_mode: str = eqx.field(static=True, default="implicit")  # solver reverse mode: "implicit" | "unroll"
@@ -797,6 +798,7 @@ class Data(eqx.Module):
     solver_converged: Bool[Array, ""]
     solver_residual: Float[Array, ""]  # the solver's scaled optimality residual at its solution
     substeps: Int[Array, ""]  # integrator substeps the last step took (accepted ones; 1 for fixed-step integrators)
+    energy: Float[Array, "2"]  # (potential, kinetic) of forward's state, with opt.energy (mjData.energy); else 0
     # kinematics
     xpos: Float[Array, "nbody 3"]
     xquat: Float[Array, "nbody 4"]
@@ -879,6 +881,7 @@ def make_data(model: Model) -> Data:
         solver_converged=jnp.ones((), bool),
         solver_residual=jnp.zeros((), dt),
         substeps=jnp.zeros((), jnp.int32),
+        energy=z(2),
         xpos=z(nb, 3),
         xquat=jnp.tile(jnp.array([1.0, 0, 0, 0], dt), (nb, 1)),
         xmat=eye,

@@ -207,7 +207,8 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
     Stage positions are q0 (+) h sum_j a_ij k_j, where k_j is stage j's velocity mapped
     to the initial pose's tangent space (`dexp_inv`); the final update is
     q0 (+) h sum_j b_j k_j, v0 + h sum_j b_j a_j. `data` must already hold forward()
-    at the initial state; returned derived fields are those of the initial state.
+    at the initial state; returned derived fields are those of the initial state, except
+    Data.energy (opt.energy): the last stage's, as MuJoCo's stages recompute it.
     """
     h = model.opt.timestep
     dtype = data.qvel.dtype
@@ -218,7 +219,8 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
     first = (data.qvel, data.qacc, data.act_dot)  # (k: tangent velocity, qacc, act_dot)
     slots = tuple(jnp.zeros((4,) + x.shape, x.dtype).at[0].set(x) for x in first)
 
-    def stage(i, slots):
+    def stage(i, carry):
+        slots, _ = carry
         dv, da, dact = (sum(a[i, j] * s[j] for j in range(4)) for s in slots)
         new = data.replace(
             qpos=integrate_pos(model, data.qpos, dv, h),
@@ -228,8 +230,8 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
         )
         new = forward_fn(model, new)
         k = (dexp_inv(model, h * dv, new.qvel), new.qacc, new.act_dot)
-        return tuple(s.at[i + 1].set(x) for s, x in zip(slots, k))
+        return tuple(s.at[i + 1].set(x) for s, x in zip(slots, k)), new.energy
 
-    slots = jax.lax.fori_loop(0, 3, stage, slots)
+    slots, energy = jax.lax.fori_loop(0, 3, stage, (slots, data.energy))
     dv, da, dact = (sum(b * s[j] for j, b in enumerate(_RK4_B)) for s in slots)
-    return advance(model, data, dact, da, qvel=dv)
+    return advance(model, data, dact, da, qvel=dv).replace(energy=energy)
