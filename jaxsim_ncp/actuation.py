@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float
+from jaxtyping import Array, Bool
 
 from . import constraint, dcmotor, history, math, passive, smooth
 from .dcmotor import INPUT_FF, INPUT_POS, INPUT_VEL, anti_windup, slew_limit
@@ -479,7 +479,10 @@ def actuation(model: Model, data: Data) -> Data:
     if len(motors):  # cogging and LuGre friction, outside the current limit
         force = force + _enabled(model, jnp.zeros_like(force).at[motors].set(dcmotor.mechanical(model, data.act, act_dot, length)))
 
-    qfrc = _joint_totals(model, data, moment, force)
+    qfrc = moment.T @ force
+    if any(topo.jnt_actgravcomp):  # actuator-level gravity compensation, before the joint force clamp
+        to_actuators = np.asarray(topo.jnt_actgravcomp, dtype=bool)[np.asarray(topo.dof_jntid, dtype=np.int64)]
+        qfrc = qfrc + jnp.where(to_actuators, passive.gravcomp(model, data), 0.0)
     jnt, d = _limited_joints(model)
     if len(jnt):
         qfrc = qfrc.at[d].set(jnp.clip(qfrc[d], model.jnt_actfrcrange[jnt, 0], model.jnt_actfrcrange[jnt, 1]))
@@ -487,17 +490,6 @@ def actuation(model: Model, data: Data) -> Data:
         actuator_length=length, actuator_velocity=velocity, actuator_force=force,
         act_dot=act_dot, qfrc_actuator=qfrc,
     )
-
-
-def _joint_totals(model: Model, data: Data, moment, force) -> Float[Array, " nv"]:
-    """Each dof's actuator force before the joints' actuatorfrcrange clamp: moment^T force plus the
-    actuator-level gravity compensation (jnt_actgravcomp)."""
-    qfrc = moment.T @ force
-    topo = model.topology
-    if any(topo.jnt_actgravcomp):
-        to_actuators = np.asarray(topo.jnt_actgravcomp, dtype=bool)[np.asarray(topo.dof_jntid, dtype=np.int64)]
-        qfrc = qfrc + jnp.where(to_actuators, passive.gravcomp(model, data), 0.0)
-    return qfrc
 
 
 def _limited_joints(model: Model) -> tuple[np.ndarray, np.ndarray]:
@@ -515,17 +507,18 @@ def _tendon_actuators(model: Model) -> tuple[np.ndarray, np.ndarray]:
     return limited, ten
 
 
-def _saturated_by_joint_or_tendon(model: Model, data: Data, moment) -> Bool[Array, " nactuator"] | None:
+def _saturated_by_joint_or_tendon(model: Model, data: Data) -> Bool[Array, " nactuator"] | None:
     """MuJoCo 4.0.1's mjd_actuator_vel skips actuators saturated by a joint's or tendon's actuatorfrcrange
-    (probed against d.qDeriv): a joint (or jointinparent) actuator whose joint's total (`_joint_totals`) is
-    at or beyond its range, and a tendon actuator whose tendon's total actuator_force is within 1e-10 of
+    (probed against d.qDeriv): a joint (or jointinparent) actuator whose joint's total (moment^T force plus
+    the actuator-level gravity compensation) is at or beyond its range, i.e. whose clamped qfrc_actuator sits
+    on a bound, and a tendon actuator whose tendon's total actuator_force is within 1e-10 of
     a bound (relative to it) or beyond. Actuators on other transmissions through such a joint count
     towards its total but are not skipped."""
     topo = model.topology
     saturated = jnp.zeros(model.nactuator, bool)
     jnt, dofs = _limited_joints(model)
     if len(jnt):
-        total = _joint_totals(model, data, moment, data.actuator_force)[dofs]
+        total = data.qfrc_actuator[dofs]  # clamped: on a bound exactly where the total reached it
         at_limit = (total <= model.jnt_actfrcrange[jnt, 0]) | (total >= model.jnt_actfrcrange[jnt, 1])
         trntype = np.asarray(topo.actuator_trntype, dtype=np.int64)
         on_joint = (trntype == TRN_JOINT) | (trntype == TRN_JOINTINPARENT)
@@ -585,7 +578,7 @@ def actuator_velocity_derivative(model: Model, data: Data):
             applied = dcmotor.inputs(model, data.act, clamped_ctrl(model, history.delayed_ctrl(model, data)), length, velocity)
             force = force.at[motors].set(dcmotor.force(model, data.act, act_next, applied.volts, velocity))
         slope = jnp.where(limited & ((force <= lo) | (force >= hi)), 0.0, slope)
-    saturated = _saturated_by_joint_or_tendon(model, data, moment)
+    saturated = _saturated_by_joint_or_tendon(model, data)
     if saturated is not None:
         slope = jnp.where(saturated, 0.0, slope)
     return moment.T @ (slope[:, None] * moment)
