@@ -847,14 +847,6 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                     f"libccd's convex collision (option/flag nativeccd=\"disable\") for the pair {names[0]!r}-{names[1]!r}: "
                     "only MuJoCo's native GJK/EPA is reproduced; remove the flag"
                 )
-            if (types in MULTICCD_PAIRS or types in MESH_MULTICCD_PAIRS) and "multiccd" not in disableflags:
-                if _pair_margin_gap(m, g1, g2, pid) != 0:
-                    names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
-                    raise UnsupportedFeatureError(
-                        f"a nonzero margin/gap on the pair {names[0]!r}-{names[1]!r} (geom/margin, geom/gap or "
-                        "pair/margin): MuJoCo's multi-point manifold with a margin is not reproduced; "
-                        "use margin=0 or disable it with <flag multiccd=\"disable\"/> (one contact)"
-                    )
             if types[0] == HFIELD:
                 if _pair_margin_gap(m, g1, g2, pid) != 0:
                     names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]

@@ -170,7 +170,7 @@ def mujoco_batch(pair):
     """Poses run through MuJoCo, with and without margin: geom frames, sizes, margins, contacts."""
     rng = np.random.default_rng(sum(pair) * 7 + pair[0])
     frames, margins, contacts = [], [], []
-    for margin in (0.0,) if pair in multiccd.FUNCTIONS else (0.0, MARGIN):  # io refuses margins there
+    for margin in (0.0, MARGIN):
         m = mujoco.MjModel.from_xml_string(xml(pair, margin))
         d = mujoco.MjData(m)
         for p1, q1, p2, q2 in poses(pair, rng, n=40 if pair in GENERAL else 20):

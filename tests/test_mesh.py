@@ -12,7 +12,6 @@ import pytest
 import jaxsim_ncp as jsn
 from jaxsim_ncp import smooth
 from jaxsim_ncp.collision import driver, mesh
-from jaxsim_ncp.types import UnsupportedFeatureError
 from test_gradients import check_directional
 
 CUBE = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)], float)
@@ -190,13 +189,12 @@ def test_mesh_contact_gradients_match_finite_differences(convex):
                       value_and_grad=lambda q: (lambda out: (out[0][0], out[1]))(value_and_grad(q)))  # fmt: skip
 
 
-def test_mesh_refusals_and_validation():
-    """A manifold pair with a margin is refused by name; a non-finite hull names its mesh."""
+def test_mesh_validation():
+    """A manifold pair with a margin loads (with multiccd on or off); a non-finite hull names its mesh."""
     xml = f"""<mujoco><asset>{_mesh_assets({"cube": 0.05 * CUBE})}</asset><worldbody>
         <body><freejoint/><geom name="rod" type="capsule" size="0.02 0.1" margin="0.01"/></body>
         <body pos="0 0 0.3"><freejoint/><geom name="block" type="mesh" mesh="cube"/></body></worldbody></mujoco>"""
-    with pytest.raises(UnsupportedFeatureError, match="margin/gap on the pair 'rod'-'block'.*multiccd"):
-        jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml))
+    assert (3, 7) in {g.types for g in jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml)).constraints.groups}
     model = jsn.from_mujoco(mujoco.MjModel.from_xml_string(xml.replace("<worldbody>", '<option><flag multiccd="disable"/></option><worldbody>')))
     assert (3, 7) in {g.types for g in model.constraints.groups}
     bad = eqx.tree_at(lambda mdl: mdl.mesh_vert, model, model.mesh_vert.at[0, 3, 1].set(jnp.nan))
@@ -235,18 +233,20 @@ def test_mesh_features_hold_only_the_polygons_at_the_support_vertex():
 
 
 def _manifold_scene():
-    """Bodies resting 1 mm deep on a static mesh slab (multiccd on): a box tilted by 3 deg
-    (face-face, the 2 points below the slab's face), a mesh cube on an edge (edge-face), a
-    capsule lying on its side (edge-face) and a yawed mesh cube flat on its face (4 points)."""
+    """Bodies resting 1 mm deep on a static mesh slab with a 1 cm margin (multiccd on): a box tilted
+    by 3 deg (face-face, its 4 corners within the margin), a mesh cube on an edge (edge-face, the
+    edge from MuJoCo's EPA points on the inflated shapes), a capsule tilted by 2 deg (edge-face: its
+    line through the inflated witness, deflated along the face normal) and a yawed mesh cube flat on
+    its face (4 points)."""
     slab = 0.3 * CUBE * np.array([2.0, 2.0, 1.0 / 3.0])  # top face at z = 0.1
     low = lambda offset: 0.1 + offset - 0.001  # noqa: E731
     tilt = np.radians(3.0)
     return f"""<mujoco><option ccd_tolerance="1e-13" ccd_iterations="500"/>
         <asset>{_mesh_assets({"slab": slab, "cube": 0.05 * CUBE})}</asset><worldbody>
-        <geom name="slab" type="mesh" mesh="slab"/>
+        <geom name="slab" type="mesh" mesh="slab" margin="0.01"/>
         <body pos="-0.35 0 {low(0.05 * (np.cos(tilt) + np.sin(tilt)))}" euler="3 0 10"><freejoint/><geom type="box" size="0.05 0.05 0.05"/></body>
         <body pos="0 0 {low(0.05 * np.sqrt(2))}" euler="45 0 0"><freejoint/><geom type="mesh" mesh="cube"/></body>
-        <body pos="0.35 0.01 {low(0.02)}" euler="0 90 0"><freejoint/><geom type="capsule" size="0.02 0.08"/></body>
+        <body pos="0.35 0.01 {low(0.02)}" euler="0 92 0"><freejoint/><geom type="capsule" size="0.02 0.08"/></body>
         <body pos="0 0.35 {low(0.05)}" euler="0 0 20"><freejoint/><geom type="mesh" mesh="cube"/></body>
         </worldbody></mujoco>"""
 
@@ -263,7 +263,7 @@ def test_multiccd_manifolds_against_a_mesh_match_mujoco_and_finite_differences()
     _, traj = jax.jit(lambda data: jsn.rollout(model, data, jnp.zeros((40, 0))))(data)
     contact = jax.tree.map(lambda x: x[0], traj.contact)  # at the initial state
     per_body = [sum(1 for c in d.contact[: d.ncon] if g in c.geom) for g in range(1, 5)]
-    assert per_body == [2, 2, 2, 4]  # MuJoCo's manifolds: tilted face, edge, capsule side, face
+    assert per_body == [4, 2, 2, 4]  # MuJoCo's manifolds: tilted face (2 of 4 within the margin), edge, capsule line, face
     _assert_contact_sets_match(model, contact, d, 1e-9)
     np.testing.assert_allclose(traj.qacc[0], d.qacc, rtol=0, atol=1e-8 * np.abs(d.qacc).max())
     for t in range(40):

@@ -300,6 +300,9 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
         use2 = ~aligned & ~use1 & edge2
 
         edges1 = f1.edges[e1]
+        if k1 == CAPSULE:  # as multiccd's: inflated witness, deflated along the face normal
+            edges1 = _edge(CAPSULE, g1, g1.pos + (g1.size[0] + 0.5 * margin) * ns, None, one)[0]
+            edges1 = edges1 + (0.5 * margin) * jax.lax.stop_gradient(f2.normals[f2e])
         if k1 == CYLINDER:  # its side line towards the face it lies on (MuJoCo 4.0.1), not along the contact normal
             edges1 = _edge(CYLINDER, g1, None, -f2.normals[f2e], one)[0]
         size = 2 * rows + 4
@@ -307,17 +310,20 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
         ref, nref, rn = tree_where(use1, (f2.polys[f2e], f2.counts[f2e], f2.normals[f2e]),
                               tree_where(use2, (f1.polys[f1e], f1.counts[f1e], f1.normals[f1e]),
                                     (f1.polys[i], f1.counts[i], f1.normals[i])))  # fmt: skip
-        inc, ninc = tree_where(aligned, _pad(f2.polys[j], f2.counts[j], size),
-                          _pad(tree_where(use1, edges1, f2.edges[e2]), 2, size))  # fmt: skip
-        rdir = jnp.where(aligned, f2.normals[j], -rn)
         edge = tree_where(use1, edges1, f2.edges[e2])
+        if epa:  # MuJoCo's EPA points lie on the margin-inflated shapes; it deflates them along the face normal
+            from_epa = jnp.where(use1, k1 in (BOX, MESH), True) & jnp.stack([True, jnp.where(use1, f1.dim, f2.dim) == 2])
+            edge = edge + jnp.where(from_epa[:, None], (0.5 * margin) * jax.lax.stop_gradient(rn), 0.0)
+        inc, ninc = tree_where(aligned, _pad(f2.polys[j], f2.counts[j], size), _pad(edge, 2, size))
+        rdir = jnp.where(aligned, f2.normals[j], -rn)
         edge_axis = jax.lax.stop_gradient(edge[1] - edge[0])
-        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
+        w1, w2, w2i, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, margin, one)
         p1, p2 = tree_where(use1, (w2, w1), (w1, w2))
-        active = (aligned | use1 | use2) & jnp.any(ok) & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
+        gap = jnp.where(use1, w2i - w1, w1 - w2i)  # geom 1 -> geom 2 on the inflated shapes
+        active = (aligned | use1 | use2) & jnp.any(ok) & (jnp.min(jnp.where(ok, d, jnp.inf)) < margin)
         if epa:
             active = active & reported
-        normal = _normalize(_normalize(p1 - p2, one), one)
+        normal = _normalize(_normalize(gap, one), one)
         slots = Collision(dist=jnp.where(ok, d, 0.0), pos=(p1 + p2) * 0.5, frame=jax.vmap(make_frame)(normal), valid=ok)
         return tree_where(active, slots, _pad_slots(base, limit))
 

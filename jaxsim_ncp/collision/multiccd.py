@@ -24,6 +24,14 @@ points when the touching features are flat:
    with d = (w1 - v).dir (dir: the other face's normal, or -n for an edge), contact
    dist = d, pos = (w1 + w2) / 2, normal along w1 - w2 (geom 1 -> geom 2).
 
+With a margin m (MuJoCo 4.0.1, probed): the tests above use the margin-inflated shapes
+(direction (dist - m) n), clipped points up to m above the reference plane are kept, and the
+manifold replaces the single contact when one of its points is within m. Polygons are the real
+faces; a capsule's line runs through its witness on the inflated capsule (r + m/2 along n) and
+is then moved back by m/2 along the face normal (a tilted capsule's line shifts by
+m/2 (1 - cos t) and along its axis); normals follow the inflated witnesses, so that points
+within the band keep the penetrating direction.
+
 No aligned features, or nothing left after clipping: MuJoCo's single contact, which is
 `convex.convex_contact` (exact minimum translation). Which features MuJoCo considers is
 read off its EPA simplex; here they are chosen geometrically from the contact normal,
@@ -270,11 +278,13 @@ def _farthest_pair(poly, m, one):
     return jnp.where(flat[k] > 0, jnp.stack([k // size, k % size]), jnp.array([0, 1]))
 
 
-def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: int, one):
-    """polygonClip: clipped points, reduced to `limit`, as (w1, w2, d) witnesses + mask."""
+def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: int, margin, one):
+    """polygonClip: clipped points, reduced to `limit`, as (w1, w2, d) witnesses + mask, and w2 on
+    the margin-inflated shapes (w1 - (d - margin) direction: its direction from w1 is the contact
+    normal's, also for points within the margin band)."""
     poly, m = _clip(ref, nref, incident, nincident, n, one)
     idx = jnp.arange(poly.shape[0])
-    keep = (idx < m) & ~(_dot(poly - ref[0], n, one) > 0.0)  # drop points above the reference plane
+    keep = (idx < m) & ~(_dot(poly - ref[0], n, one) > margin)  # drop points beyond the margin band
     poly, kept = _compact(poly, keep, poly.shape[0])
     m = jnp.sum(kept)
     quad = m >= 5
@@ -291,7 +301,8 @@ def _manifold(ref, nref, incident, nincident, n, direction, edge_axis, limit: in
     w1 = v - _mul(n, _dot(v - ref[0], n, one)[:, None], one)
     d = _dot(w1 - v, direction, one)
     w2 = w1 - _mul(direction, d[:, None], one)
-    return w1, w2, d, valid & (m > 0)
+    w2_inflated = w1 - _mul(direction, (d - margin)[:, None], one)
+    return w1, w2, w2_inflated, d, valid & (m > 0)
 
 
 def _pad(poly, count, size: int = MAXV):
@@ -311,7 +322,7 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         # (its true one, zero, would otherwise be carried through every product's JVP and transpose)
         one = jax.lax.stop_gradient((g1.pos[0] + g2.pos[0]) * 0.0 + 1.0)
         n, dist = base.frame[0, 0], base.dist[0]
-        direction = jax.lax.stop_gradient(dist * n)  # x2 - x1
+        direction = jax.lax.stop_gradient((dist - margin) * n)  # x2 - x1 of the margin-inflated shapes
         tol = EDGE_TOLERANCE * jnp.sqrt(_dot(direction, direction, one))
         ns = jax.lax.stop_gradient(n)
 
@@ -354,7 +365,11 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
 
         # edge-face: geom 1's edge on geom 2's face, or the mirror image
         x1 = base.pos[0] - 0.5 * dist * n  # witness on geom 1
-        edge1, axis1 = _edge(k1, g1, x1, -n2, one)
+        if k1 == CAPSULE:  # the line through the margin-inflated witness, deflated along the face normal
+            edge1, axis1 = _edge(CAPSULE, g1, x1 + (0.5 * margin) * n, None, one)
+            edge1 = edge1 + (0.5 * margin) * n2s
+        else:
+            edge1, axis1 = _edge(k1, g1, x1, -n2, one)
         edge_pick1 = (dim1 != 3) & has2 & (~has1 | (dim1 <= dim2))
         match1 = jnp.abs(_dot(jax.lax.stop_gradient(axis1), n2s, one)) < EDGE_TOLERANCE
         match1 = match1 & (_dot(n2s, direction, one) > MINVAL)
@@ -380,12 +395,13 @@ def multiccd_contact(k1: int, k2: int) -> tuple[Callable, int]:
         inc, ninc = tree_where(aligned, _pad(f2f, c2f), _pad(tree_where(use1, edge1, edge2), 2))
         rdir = jnp.where(aligned, n2f, jnp.where(use1, -n2, -n1))
         edge_axis = jax.lax.stop_gradient(jnp.where(use1, axis1, axis2))
-        w1, w2, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, one)
+        w1, w2, w2i, d, ok = _manifold(ref, nref, inc, ninc, rn, rdir, edge_axis, limit, margin, one)
         p1, p2 = tree_where(use1, (w2, w1), (w1, w2))
+        gap = jnp.where(use1, w2i - w1, w1 - w2i)  # geom 1 -> geom 2 on the inflated shapes
         active = (aligned | use1 | use2) & jnp.any(ok)
-        active = active & (jnp.min(jnp.where(ok, d, jnp.inf)) < 0)
+        active = active & (jnp.min(jnp.where(ok, d, jnp.inf)) < margin)
 
-        normal = _normalize(_normalize(p1 - p2, one), one)
+        normal = _normalize(_normalize(gap, one), one)
         slots = Collision(
             dist=jnp.where(ok, d, 0.0),
             pos=(p1 + p2) * 0.5,
