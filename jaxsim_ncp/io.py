@@ -847,20 +847,13 @@ def _constraint_layout(m: mujoco.MjModel, disableflags: tuple[str, ...], cone: s
                     f"libccd's convex collision (option/flag nativeccd=\"disable\") for the pair {names[0]!r}-{names[1]!r}: "
                     "only MuJoCo's native GJK/EPA is reproduced; remove the flag"
                 )
-            if types[0] == HFIELD:
-                if _pair_margin_gap(m, g1, g2, pid) != 0:
-                    names = [_name(m, mujoco.mjtObj.mjOBJ_GEOM, g) for g in (g1, g2)]
-                    raise UnsupportedFeatureError(
-                        f"a nonzero margin/gap on the height-field pair {names[0]!r}-{names[1]!r} (geom/margin, "
-                        "geom/gap or pair/margin): MuJoCo raises the prisms by the margin, which is not reproduced"
-                    )
             key = (types, int(m.geom_dataid[g1]) if types[0] == HFIELD else -1)
             by_types.setdefault(key, []).append((g1, g2, pid))
         for (types, hfield_id), items in sorted(by_types.items()):
             g1s, g2s, pids = zip(*items)
             cells, n_slots = (), FUNCTIONS[types][1] if types in FUNCTIONS else 0
             if hfield_id >= 0:  # the cell window of the largest geom against this height field
-                rbound = max(float(m.geom_rbound[g]) for g in g2s)
+                rbound = max(float(m.geom_rbound[g2]) + max(_pair_margin_gap(m, g1, g2, pid), 0.0) for g1, g2, pid in items)
                 nrow, ncol = int(m.hfield_nrow[hfield_id]), int(m.hfield_ncol[hfield_id])
                 cells = hfield_window(rbound, m.hfield_size[hfield_id], nrow, ncol)
                 n_slots = 2 * cells[0] * cells[1]

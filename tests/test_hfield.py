@@ -2,8 +2,8 @@
 terrain follow MuJoCo's trajectory; ellipsoid and box contacts equal MuJoCo's at its own states
 (its EPA stops at ccd_tolerance 1e-6, 2e-5 m from the exact contact, and for the box it once
 reports a prism 6 cm away: collision/ccd.py repeats its iterates);
-gradients through terrain contact match finite differences; a margin on a height-field pair is
-refused."""
+gradients through terrain contact match finite differences; with a margin, contacts within it
+appear as MuJoCo's."""
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +77,29 @@ def test_ellipsoid_and_box_contacts_match_mujoco_at_its_states():
     assert compared > 20 and ellipsoid_compared > 10
 
 
-def test_a_margin_on_a_height_field_pair_is_refused():
-    with pytest.raises(jsn.UnsupportedFeatureError, match="margin/gap on the height-field pair"):
-        jsn.load_mjcf(ROLLING.replace('type="sphere" size="0.12"', 'type="sphere" size="0.12" margin="0.01"'))
+def test_a_margin_on_a_height_field_pair_follows_mujoco():
+    """With a margin MuJoCo 4.0.1 grows the sub-grid of cells by it and raises the prism tops by it
+    for its height test: contacts within the margin (positive distance) appear as MuJoCo's, and at
+    MuJoCo's states every contact's distance, position and normal equal MuJoCo's to its EPA's
+    accuracy (on the margin-inflated shapes, ~1e-6 at ccd_tolerance 1e-13)."""
+    xml = ROLLING.replace('size="0.12"/>', 'size="0.12" margin="0.03"/>').replace('size="0.06 0.15"/>', 'size="0.06 0.15" margin="0.02"/>')
+    m = mujoco.MjModel.from_xml_string(xml.replace('<option timestep="0.002"/>', '<option timestep="0.002" ccd_tolerance="1e-13" ccd_iterations="500"/>'))
+    model = jsn.from_mujoco(m)
+    d, _ = _start(m, model, 1)
+    forward = jax.jit(jsn.forward)
+    within = compared = 0
+    for step in range(200):
+        mujoco.mj_step(m, d)
+        if step % 10 or not d.ncon:
+            continue
+        mujoco.mj_forward(m, d)
+        contact = forward(model, to_data(model, d)).contact
+        mask = np.asarray(contact.mask)
+        assert mask.sum() == d.ncon, step
+        dist, pos, normal = (np.asarray(a)[mask] for a in (contact.dist, contact.pos, contact.frame[:, 0]))
+        for c in d.contact[: d.ncon]:
+            k = np.argmin(np.linalg.norm(pos - c.pos, axis=1))
+            np.testing.assert_allclose([dist[k], *pos[k], *normal[k]], [c.dist, *c.pos, *c.frame[:3]], atol=1e-5)
+            within += c.dist > 0
+        compared += 1
+    assert compared > 10 and within > 5

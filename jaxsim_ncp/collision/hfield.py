@@ -15,10 +15,12 @@ the prism as a 6-vertex hull), skipping prisms whose top lies entirely below the
 at most mjMAXCONPAIR = 50 contacts, the first in that (row, column, triangle) order.
 Normals point from the height field to the geom.
 
-The window of cells is static: (rows, columns) = ceil(2 rbound / (dy, dx)) + 1 for the
-largest geom of the group, which covers any pose (`io`). MuJoCo raises the prism tops by
-the pair's margin; a nonzero margin is refused at load for the soft-contact solver, and
-the NCP's look-ahead uses the true prism distance.
+With a margin m (MuJoCo 4.0.1, probed): the sub-grid comes from the box grown by m, the
+height test raises the prism tops by m, and each prism is collided with the margin as any
+convex pair (distances are the true ones, positive within the margin).
+
+The window of cells is static: (rows, columns) = ceil(2 (rbound + m) / (dy, dx)) + 1 for the
+largest geom (and margin) of the group at load, which covers any pose (`io`).
 """
 
 from __future__ import annotations
@@ -66,10 +68,11 @@ def collider(kind: int, nrow: int, ncol: int, cells: tuple[int, int], elevation,
                  | (lo[2] - margin > s2) | (hi[2] + margin < -s3))  # fmt: skip
 
         grid = lambda x, s, n: (x + s) / (2 * s) * (n - 1)  # noqa: E731  (grid units)
-        cmin = jnp.clip(jnp.floor(grid(lo[0], s0, ncol)), 0, ncol - 1).astype(jnp.int32)
-        cmax = jnp.clip(jnp.ceil(grid(hi[0], s0, ncol)), 0, ncol - 1).astype(jnp.int32)
-        rmin = jnp.clip(jnp.floor(grid(lo[1], s1, nrow)), 0, nrow - 1).astype(jnp.int32)
-        rmax = jnp.clip(jnp.ceil(grid(hi[1], s1, nrow)), 0, nrow - 1).astype(jnp.int32)
+        # the sub-grid under the box grown by the margin (MuJoCo 4.0.1, probed)
+        cmin = jnp.clip(jnp.floor(grid(lo[0] - margin, s0, ncol)), 0, ncol - 1).astype(jnp.int32)
+        cmax = jnp.clip(jnp.ceil(grid(hi[0] + margin, s0, ncol)), 0, ncol - 1).astype(jnp.int32)
+        rmin = jnp.clip(jnp.floor(grid(lo[1] - margin, s1, nrow)), 0, nrow - 1).astype(jnp.int32)
+        rmax = jnp.clip(jnp.ceil(grid(hi[1] + margin, s1, nrow)), 0, nrow - 1).astype(jnp.int32)
         cell_r = rmin + jnp.arange(rows)[:, None, None]  # (rows, 1, 1): cell rows r, columns c - 1..c
         cell_c = cmin + 1 + jnp.arange(cols)[None, :, None]
         in_window = jnp.broadcast_to((cell_r < rmax) & (cell_c <= cmax) & ~apart, (rows, cols, 2))
@@ -81,7 +84,7 @@ def collider(kind: int, nrow: int, ncol: int, cells: tuple[int, int], elevation,
         top = jnp.stack([x, y, elevation[r * ncol + c] * s2], -1)  # (rows, cols, 2, 3 corners, 3)
         bottom = top.at[..., 2].set(-s3)
         vert = jnp.concatenate([top, bottom], axis=-2).reshape(-1, 6, 3)  # top first: MuJoCo's tie-break
-        high_enough = jnp.any(top[..., 2] >= lo[2], axis=-1).reshape(-1)  # MuJoCo's prism height test
+        high_enough = jnp.any(top[..., 2] + margin >= lo[2], axis=-1).reshape(-1)  # MuJoCo's prism height test (tops raised by the margin)
 
         centre = jnp.mean(vert, axis=1)  # each prism in a frame at its centroid: scale-free tolerances
         n = vert.shape[0]
