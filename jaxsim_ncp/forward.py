@@ -516,7 +516,8 @@ def step(model: Model, data: Data) -> Data:
     else:  # freeze at the last good state
         fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history)
         diverged = data.diverged | bad
-    fresh = (new.qpos, new.qvel, new.act, new.time, data.qacc, recorded)
+    warm = new.qacc_warmstart if integrator == "rk4" and model.opt.solver != "ncp" else data.qacc  # the last forward's
+    fresh = (new.qpos, new.qvel, new.act, new.time, warm, recorded)
     qpos, qvel, act, time, warmstart, buffers = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
     return new.replace(
         qpos=qpos,

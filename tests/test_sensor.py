@@ -373,7 +373,7 @@ def test_geom_distance_sensors_match_mujoco_with_finite_difference_gradients():
         np.testing.assert_allclose(jac[:, i], fd, rtol=1e-5, atol=1e-6)
 
 
-ENERGY = """<mujoco><option timestep="0.005" integrator="RK4"><flag energy="enable"/></option><worldbody><geom type="plane" size="2 2 .1"/>
+ENERGY = """<mujoco><option timestep="0.005" integrator="RK4" iterations="3" ls_iterations="4"><flag energy="enable"/></option><worldbody><geom type="plane" size="2 2 .1"/>
   <body pos="0 0 .3"><freejoint/><geom type="box" size=".05 .04 .03"/></body>
   <body pos="0 1 .5"><joint name="h" type="hinge" axis="1 0 0" stiffness="3" springref="10"/><geom type="capsule" fromto="0 0 0 0 .3 0" size=".03" contype="0" conaffinity="0"/>
     <body pos="0 .3 0"><joint type="ball" stiffness="1"/><geom type="capsule" fromto="0 0 0 0 .2 0" size=".02" contype="0" conaffinity="0"/></body></body>
@@ -383,11 +383,20 @@ ENERGY = """<mujoco><option timestep="0.005" integrator="RK4"><flag energy="enab
 def test_energy_flag_fills_data_energy_as_mujoco():
     """<flag energy="enable"/>: Data.energy = (potential, kinetic) of forward's state (gravity, joint,
     ball and tendon springs; 1/2 v^T M v), under RK4 its last stage's as MuJoCo's mj_step leaves it; 100
-    steps of a box dropping onto the floor and a sprung chain against d.energy."""
+    steps of a box dropping onto the floor and a sprung chain against d.energy. RK4's other reports as
+    MuJoCo 4's: qacc the stages' weighted sum, the warm start (and contacts) the last stage's; with a
+    3-iteration solver the warm start decides the trajectory (it was 1e-3 off from the initial qacc's)."""
     m = mujoco.MjModel.from_xml_string(ENERGY)
     d = mujoco.MjData(m)
     d.qvel[:] = np.random.default_rng(0).normal(size=m.nv)
     model = jsn.from_mujoco(m)
     _, traj = jax.jit(jsn.rollout)(model, jsn.make_data(model).replace(qvel=jnp.asarray(d.qvel)), jnp.zeros((100, 0)))
-    ref = mujoco_rollout(m, d, np.zeros((100, 0)), lambda d: d.energy)
-    np.testing.assert_allclose(traj.energy, ref, rtol=0, atol=1e-12)
+    record = lambda d: np.concatenate([d.energy, d.qpos, d.qacc, d.qacc_warmstart, [d.ncon]])  # noqa: E731
+    ref = mujoco_rollout(m, d, np.zeros((100, 0)), record)
+    energy, qpos, qacc, warmstart, ncon = np.split(ref, np.cumsum([2, m.nq, m.nv, m.nv]), axis=1)
+    assert ncon.max() >= 4  # the box lands
+    np.testing.assert_allclose(traj.energy, energy, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(traj.qpos, qpos, rtol=0, atol=1e-11)
+    np.testing.assert_allclose(traj.qacc, qacc, rtol=0, atol=1e-9 * np.abs(qacc).max())
+    np.testing.assert_allclose(traj.qacc_warmstart, warmstart, rtol=0, atol=1e-9 * np.abs(warmstart).max())
+    np.testing.assert_array_equal(np.asarray(traj.contact.mask).sum(axis=1), ncon[:, 0])

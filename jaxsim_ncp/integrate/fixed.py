@@ -207,8 +207,11 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
     Stage positions are q0 (+) h sum_j a_ij k_j, where k_j is stage j's velocity mapped
     to the initial pose's tangent space (`dexp_inv`); the final update is
     q0 (+) h sum_j b_j k_j, v0 + h sum_j b_j a_j. `data` must already hold forward()
-    at the initial state; returned derived fields are those of the initial state, except
-    Data.energy (opt.energy): the last stage's, as MuJoCo's stages recompute it.
+    at the initial state. As after MuJoCo's mj_step, the returned derived fields (kinematics,
+    forces, contacts, constraint rows, qacc, energy, solver statistics) are the last stage's,
+    whose forward ran last, while sensordata stays the initial state's (the stages skip
+    sensors); qacc is the step's (the weighted sum of the stages', as MuJoCo 4 reports it) and
+    qacc_warmstart the last stage's, from which the next solve starts, as in mj_advance.
     """
     h = model.opt.timestep
     dtype = data.qvel.dtype
@@ -230,8 +233,10 @@ def rk4(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data]) -> 
         )
         new = forward_fn(model, new)
         k = (dexp_inv(model, h * dv, new.qvel), new.qacc, new.act_dot)
-        return tuple(s.at[i + 1].set(x) for s, x in zip(slots, k)), new.energy
+        return tuple(s.at[i + 1].set(x) for s, x in zip(slots, k)), new
 
-    slots, energy = jax.lax.fori_loop(0, 3, stage, (slots, data.energy))
+    slots, last = jax.lax.fori_loop(0, 3, stage, (slots, data))
     dv, da, dact = (sum(b * s[j] for j, b in enumerate(_RK4_B)) for s in slots)
-    return advance(model, data, dact, da, qvel=dv).replace(energy=energy)
+    new = advance(model, data, dact, da, qvel=dv)
+    return last.replace(qpos=new.qpos, qvel=new.qvel, act=new.act, time=new.time, sensordata=data.sensordata,
+                        qacc=da, qacc_warmstart=last.qacc)  # fmt: skip
