@@ -511,15 +511,17 @@ def step(model: Model, data: Data) -> Data:
     recorded = history.record(model, data, values)
     if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
-                    jnp.zeros_like(data.qacc_warmstart), recorded)  # fmt: skip
+                    jnp.zeros_like(data.qacc_warmstart), recorded, passive.initial_plastic(model))  # fmt: skip
         diverged = data.diverged
     else:  # freeze at the last good state
-        fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history)
+        fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history, data.plastic)
         diverged = data.diverged | bad
     warm = new.qacc_warmstart if integrator == "rk4" and model.opt.solver != "ncp" else data.qacc  # the last forward's
-    fresh = (new.qpos, new.qvel, new.act, new.time, warm, recorded)
-    qpos, qvel, act, time, warmstart, buffers = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
+    plastic = passive.plasticity(model, new.qpos, data.plastic)  # the springs yield at the new configuration
+    fresh = (new.qpos, new.qvel, new.act, new.time, warm, recorded, plastic)
+    qpos, qvel, act, time, warmstart, buffers, plastic = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
     return new.replace(
+        plastic=plastic,
         qpos=qpos,
         qvel=qvel,
         act=act,

@@ -313,6 +313,9 @@ def from_mujoco(
         dof_treeid=ints(m.dof_treeid),
         tendon_actfrclimited=bools(m.tendon_actfrclimited),
         tendon_with_armature=tuple(int(t) for t in np.nonzero(_tendon_armature(m) != 0)[0]),
+        jnt_plasticadr=ints(m.jnt_plasticadr),
+        tendon_plasticadr=ints(m.tendon_plasticadr),
+        nplastic=int(m.nplastic),
         sensor_type=ints(m.sensor_type),
         sensor_objtype=ints(m.sensor_objtype),
         sensor_objid=ints(m.sensor_objid),
@@ -370,6 +373,7 @@ def from_mujoco(
         jnt_pos=f(m.jnt_pos),
         jnt_axis=f(m.jnt_axis),
         jnt_stiffness=f(m.jnt_stiffness),
+        jnt_springyield=f(m.jnt_springyield),
         jnt_stiffnesspoly=f(np.reshape(m.jnt_stiffnesspoly, (-1, 2))),
         jnt_actfrcrange=f(m.jnt_actfrcrange),
         qpos0=f(m.qpos0),
@@ -428,6 +432,7 @@ def from_mujoco(
         site_size=f(np.reshape(m.site_size, (-1, 3))),
         wrap_prm=f(m.wrap_prm),
         tendon_stiffness=f(m.tendon_stiffness),
+        tendon_springyield=f(m.tendon_springyield),
         tendon_stiffnesspoly=f(np.reshape(m.tendon_stiffnesspoly, (-1, 2))),
         tendon_lengthspring=f(np.reshape(m.tendon_lengthspring, (-1, 2))),
         tendon_damping=f(m.tendon_damping),
@@ -588,7 +593,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     counts = {
         "nflex": "flex objects (flexcomp / deformable)",
         "nplugin": "engine plugins (plugin)",
-        "nplastic": "joint plasticity (joint/springyield)",
     }
     for attr, what in counts.items():
         if int(getattr(m, attr, 0)) > 0:
@@ -603,11 +607,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
         unsupported("sleeping islands (option/flag sleep)")
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SPECULATIVE):
         unsupported("speculative contacts (option/flag speculative)")
-
-    for j in range(m.njnt):
-        jname = _name(m, mujoco.mjtObj.mjOBJ_JOINT, j)
-        if np.any(m.jnt_springyield[j] != 0):
-            unsupported(f"joint spring yield (joint {jname!r}/springyield)")
 
     _check_tendons(m, unsupported)
     _check_sensors(m, unsupported)
@@ -658,8 +657,9 @@ def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
     tendons); MuJoCo 4's other tendon extras are refused, naming the tendon."""
     for t in range(m.ntendon):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
-        if np.any(np.asarray(m.tendon_springyield)[t] != 0):
-            unsupported(f"tendon {tname!r}/springyield")
+        spatial = any(int(m.wrap_type[w]) != int(mujoco.mjtWrap.mjWRAP_JOINT) for w in range(m.tendon_adr[t], m.tendon_adr[t] + m.tendon_num[t]))
+        if int(m.tendon_plasticadr[t]) >= 0 and spatial:
+            unsupported(f"tendon {tname!r}/springyield on a spatial tendon (plastic fixed tendons are simulated)")
 
 
 def _check_sensors(m: mujoco.MjModel, unsupported) -> None:

@@ -19,14 +19,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, fluid, math, smooth
+from . import constraint, fluid, math, smooth, tendon
 from .types import Data, JointType, Model
 
 
-def spring_force(model: Model, qpos):
+def spring_force(model: Model, qpos, qpos_spring):
     """-k (q - q_spring) per dof; quaternion coordinates use the rotation-vector difference."""
     jnt_of_dof = np.asarray(model.topology.dof_jntid, dtype=np.int64)
-    displacement = spring_displacement(model, qpos)
+    displacement = spring_displacement(model, qpos, qpos_spring)
     stiffness = model.jnt_stiffness[jnt_of_dof]
     if model.topology.has_polynomial_springs:
         stiffness = polynomial(stiffness, model.jnt_stiffnesspoly[jnt_of_dof], spring_extent(model, displacement)[0])
@@ -71,24 +71,88 @@ def damping(model: Model, velocity, tendon: bool = False, derivative: bool = Fal
     return polynomial(linear, poly * jnp.asarray([2.0, 3.0], poly.dtype) if derivative else poly, jnp.abs(velocity))
 
 
-def spring_displacement(model: Model, qpos):
+def spring_displacement(model: Model, qpos, qpos_spring):
     """q - q_spring per dof (the rotation vector of q_spring^-1 q on ball and free rotations)."""
     topo = model.topology
     qidx, didx = topo.scalar_coords
-    displacement = jnp.zeros(model.nv, model.dtype).at[didx].set(qpos[qidx] - model.qpos_spring[qidx])
+    displacement = jnp.zeros(model.nv, model.dtype).at[didx].set(qpos[qidx] - qpos_spring[qidx])
     qadr, dadr = topo.quat_coords
     if len(qadr):
         blocks = qadr[:, None] + np.arange(4)
-        rotvec = math.quat_sub(math.normalize(qpos[blocks]), model.qpos_spring[blocks])
+        rotvec = math.quat_sub(math.normalize(qpos[blocks]), qpos_spring[blocks])
         displacement = displacement.at[dadr[:, None] + np.arange(3)].set(rotvec)
     return displacement
 
 
 def tendon_stretch(model: Model, data: Data):
     """How far each tendon's length lies beyond its spring deadband [lower, upper] (signed)."""
-    lower, upper = model.tendon_lengthspring[:, 0], model.tendon_lengthspring[:, 1]
+    lower, upper = spring_references(model, data)[1].T
     length = data.ten_length
     return jnp.where(length > upper, length - upper, jnp.where(length < lower, length - lower, 0.0))
+
+
+# ------------------------------------------------------------------ plasticity
+
+
+def _plastic_joints(model: Model):
+    """Static (qpos address, plastic address, width) of plastic joints: width 4 for ball joints, else 1."""
+    topo = model.topology
+    return [(topo.jnt_qposadr[j], adr, 4 if topo.jnt_type[j] == JointType.BALL else 1, j)
+            for j, adr in enumerate(topo.jnt_plasticadr) if adr >= 0]  # fmt: skip
+
+
+def initial_plastic(model: Model):
+    """mjData.plastic at reset: the joints' qpos_spring (a quaternion for ball joints) and the tendons'
+    spring deadbands [lower, upper]."""
+    plastic = jnp.zeros(model.topology.nplastic, model.dtype)
+    for qadr, adr, width, _ in _plastic_joints(model):
+        plastic = plastic.at[adr : adr + width].set(model.qpos_spring[qadr : qadr + width])
+    for t, adr in enumerate(model.topology.tendon_plasticadr):
+        if adr >= 0:
+            plastic = plastic.at[adr : adr + 2].set(model.tendon_lengthspring[t])
+    return plastic
+
+
+def spring_references(model: Model, data: Data):
+    """(qpos_spring, tendon_lengthspring) with the plastic joints' and tendons' references from data.plastic."""
+    qpos_spring, lengthspring = model.qpos_spring, model.tendon_lengthspring
+    for qadr, adr, width, _ in _plastic_joints(model):
+        qpos_spring = qpos_spring.at[qadr : qadr + width].set(data.plastic[adr : adr + width])
+    for t, adr in enumerate(model.topology.tendon_plasticadr):
+        if adr >= 0:
+            lengthspring = lengthspring.at[t].set(data.plastic[adr : adr + 2])
+    return qpos_spring, lengthspring
+
+
+def plasticity(model: Model, qpos, plastic):
+    """Ideal elasto-plasticity (MuJoCo 4's springyield), after a step at its new qpos: a spring whose
+    displacement from its reference exceeds the yield y keeps displacement y and moves its reference
+    along: hinge and slide r <- q -+ y; ball r <- q exp(-y v / |v|) with v = q - r (mju_subQuat);
+    a fixed tendon's deadband [lo, hi] shifts by length - y - hi beyond it (length + y - lo below),
+    except the lower bound of a slack deadband [0, L] when stretched, which stays 0 (probed)."""
+    topo = model.topology
+    for qadr, adr, width, j in _plastic_joints(model):
+        y, q, r = model.jnt_springyield[j], qpos[qadr : qadr + width], plastic[adr : adr + width]
+        if width == 1:
+            new = jnp.where(q - r > y, q - y, jnp.where(q - r < -y, q + y, r))
+        else:
+            q = math.normalize(q)
+            v = math.quat_sub(q, r)
+            angle = math.safe_norm(v)
+            axis = v / jnp.where(angle > 0, angle, 1.0)
+            new = jnp.where(angle > y, math.quat_mul(q, math.axis_angle_to_quat(axis, -y)), r)
+        plastic = plastic.at[adr : adr + width].set(new)
+    if any(adr >= 0 for adr in topo.tendon_plasticadr):
+        lengths = tendon.fixed_lengths(model, qpos)
+        for t, adr in enumerate(topo.tendon_plasticadr):
+            if adr < 0:
+                continue
+            y, length, (lo, hi) = model.tendon_springyield[t], lengths[t], plastic[adr : adr + 2]
+            stretched, compressed = length > hi + y, length < lo - y
+            shift = jnp.where(stretched, length - y - hi, jnp.where(compressed, length + y - lo, 0.0))
+            slack = (lo == 0) & (hi > 0)  # a slack deadband [0, L] stretched: only L moves
+            plastic = plastic.at[adr : adr + 2].set(jnp.stack([jnp.where(slack & stretched, lo, lo + shift), hi + shift]))
+    return plastic
 
 
 def tendon_force(model: Model, data: Data):
@@ -110,7 +174,7 @@ def passive(model: Model, data: Data) -> Data:
     each; the fluid only when both are set, as mj_passive)."""
     qfrc = jnp.zeros(model.nv, model.dtype)
     if not model.opt.disabled("spring"):
-        qfrc = qfrc + spring_force(model, data.qpos)
+        qfrc = qfrc + spring_force(model, data.qpos, spring_references(model, data)[0])
     if not model.opt.disabled("damper"):
         qfrc = qfrc - damping(model, data.qvel) * data.qvel
     if model.ntendon:

@@ -275,7 +275,7 @@ def energy(model: Model, data: Data):
         potential = potential - jnp.sum(model.body_mass[1:] * (data.xipos[1:] @ model.opt.gravity))
     if not model.opt.disabled("spring"):
         jnt_of_dof = np.asarray(model.topology.dof_jntid, dtype=np.int64)
-        displacement = passive.spring_displacement(model, data.qpos)
+        displacement = passive.spring_displacement(model, data.qpos, passive.spring_references(model, data)[0])
         potential = potential + 0.5 * jnp.sum(model.jnt_stiffness[jnt_of_dof] * displacement**2)
         if model.topology.has_polynomial_springs:  # higher-order terms once per scalar dof or 3-vector
             extent, head = passive.spring_extent(model, displacement)

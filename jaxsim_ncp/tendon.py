@@ -38,6 +38,16 @@ def _fixed_terms(model: Model):
     return np.asarray(items, dtype=np.int64).reshape(-1, 3)
 
 
+def fixed_lengths(model: Model, qpos):
+    """Fixed tendons' lengths at qpos (sum of coef q over their joints; 0 for spatial tendons)."""
+    length = jnp.zeros(model.ntendon, model.dtype)
+    fixed = _fixed_terms(model)
+    if len(fixed):
+        t, w, jnt = fixed.T
+        length = length.at[t].add(model.wrap_prm[w] * qpos[np.asarray(model.topology.jnt_qposadr, dtype=np.int64)[jnt]])
+    return length
+
+
 def _site_segments(model: Model):
     """Spatial segments in mj_tendon's walk, as rows (tendon, site0, site1, divisor wrap index
     or -1, wrapping geom or -1, wrap index of that geom (its side site) or -1)."""
@@ -73,18 +83,13 @@ def tendon(model: Model, data: Data) -> Data:
     nt = model.ntendon
     if nt == 0:
         return data
-    length = jnp.zeros(nt, model.dtype)
+    length = fixed_lengths(model, data.qpos)
     J = jnp.zeros((nt, model.nv), model.dtype)
-    topo = model.topology
 
     fixed = _fixed_terms(model)
     if len(fixed):
         t, w, jnt = fixed.T
-        coef = model.wrap_prm[w]
-        qadr = np.asarray(topo.jnt_qposadr, dtype=np.int64)[jnt]
-        dadr = np.asarray(topo.jnt_dofadr, dtype=np.int64)[jnt]
-        length = length.at[t].add(coef * data.qpos[qadr])
-        J = J.at[t, dadr].add(coef)
+        J = J.at[t, np.asarray(model.topology.jnt_dofadr, dtype=np.int64)[jnt]].add(model.wrap_prm[w])
 
     seg = _site_segments(model)
     if len(seg):

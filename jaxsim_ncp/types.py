@@ -216,6 +216,10 @@ class Topology:
     geom_visible: tuple[bool, ...] = ()  # alpha of the geom (or its material) non-zero: rays see it
     mesh_names: tuple[str, ...] = ()
     mesh_polyvert: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    # spring plasticity (passive.py): each joint's and tendon's first entry in Data.plastic (-1: elastic)
+    jnt_plasticadr: tuple[int, ...] = ()
+    tendon_plasticadr: tuple[int, ...] = ()
+    nplastic: int = 0
 
     @property
     def nsensordata(self) -> int:
@@ -573,6 +577,7 @@ class Model(eqx.Module):
     jnt_stiffness: Float[Array, " njnt"]
     jnt_stiffnesspoly: Float[Array, "njnt 2"]  # higher-order stiffness: f(x) = k x + b x^2 + c x^3
     jnt_actfrcrange: Float[Array, "njnt 2"]
+    jnt_springyield: Float[Array, " njnt"]  # elastic limit of a plastic joint's spring (topology.jnt_plasticadr)
     qpos0: Float[Array, " nq"]
     qpos_spring: Float[Array, " nq"]
     dof_damping: Float[Array, " nv"]
@@ -640,6 +645,7 @@ class Model(eqx.Module):
     tendon_stiffness: Float[Array, " ntendon"]
     tendon_stiffnesspoly: Float[Array, "ntendon 2"]
     tendon_lengthspring: Float[Array, "ntendon 2"]  # spring deadband [lower, upper]
+    tendon_springyield: Float[Array, " ntendon"]  # elastic limit of a plastic tendon's spring
     tendon_damping: Float[Array, " ntendon"]
     tendon_dampingpoly: Float[Array, "ntendon 2"]
     tendon_armature: Float[Array, " ntendon"]  # inertia along the tendon (used on tendon_with_armature)
@@ -845,6 +851,7 @@ class Data(eqx.Module):
     efc_mask: Bool[Array, " nefc"]
     sensordata: Float[Array, " nsensordata"]  # in MuJoCo's order (sensor.py)
     history: Float[Array, " nhistory"]  # actuators' and sensors' history buffers (history.py), as mjData.history
+    plastic: Float[Array, " nplastic"]  # plastic springs' references (mjData.plastic; passive.plasticity)
 
     def replace(self, **changes) -> "Data":
         return dataclasses.replace(self, **changes)
@@ -854,7 +861,7 @@ class Data(eqx.Module):
 def make_data(model: Model) -> Data:
     """Data at qpos0 with zero velocity, activation and controls (one compiled program per model
     structure: called eagerly, its ~40 array constructors would otherwise each compile one)."""
-    from . import history  # history.py reads Model and Data
+    from . import history, passive  # they read Model and Data
 
     dt = model.dtype
     z = lambda *shape: jnp.zeros(shape, dtype=dt)  # noqa: E731
@@ -922,6 +929,7 @@ def make_data(model: Model) -> Data:
         efc_mask=jnp.zeros((model.constraints.nefc,), bool),
         sensordata=z(model.topology.nsensordata),
         history=history.initial(model),
+        plastic=passive.initial_plastic(model).astype(dt),
     )
 
 

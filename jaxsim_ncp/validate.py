@@ -69,14 +69,14 @@ def _expected_shape(model: Model, field: str, cls: type = Model) -> tuple[int | 
         return None
     sizes = {"nbody": model.nbody, "njnt": model.njnt, "nv": model.nv, "nq": model.nq, "nu": model.nu, "nactuator": model.nactuator, "na": model.na,
              "ngeom": model.ngeom, "neq": len(model.eq_obj1id), "nmocap": model.topology.nmocap,
-             "nhistory": model.topology.nhistory}  # fmt: skip
+             "nhistory": model.topology.nhistory, "nplastic": model.topology.nplastic}  # fmt: skip
     dims = match.group(1).split()
     return tuple(int(d) if d.isdigit() else sizes.get(d) for d in dims)
 
 
 # the fields of Data that a step reads rather than derives
 _DATA_INPUTS = ("time", "qpos", "qvel", "act", "ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat",
-                "eq_active", "qacc_warmstart", "history")  # fmt: skip
+                "eq_active", "qacc_warmstart", "history", "plastic")  # fmt: skip
 
 
 def conform_data(model: Model, data: Data) -> Data:
@@ -153,6 +153,7 @@ def check_model(model: Model) -> None:
            "principal inertias violate the triangle inequality (no rigid body has them)")  # fmt: skip
 
     for field in ("dof_damping", "dof_armature", "tendon_armature", "actuator_damping", "actuator_armature", "dof_frictionloss", "jnt_stiffness", "jnt_margin",
+                  "jnt_springyield", "tendon_springyield",
                   "geom_margin", "geom_gap", "pair_margin", "pair_gap", "actuator_delay", "sensor_delay"):  # fmt: skip
         c.fail(field, c.leaf(field) < 0, "must be non-negative")
     for field in ("geom_friction", "pair_friction"):

@@ -97,7 +97,8 @@ def advance(model: Model, data: Data, forward_fn: Callable[[Model, Data], Data])
     # custom_vjp included) sees them as differentiable arguments (eq_active as 0 / 1)
     inputs = dict(qpos=data.qpos, time=data.time, ctrl=data.ctrl, qfrc_applied=data.qfrc_applied,
                   xfrc_applied=data.xfrc_applied, qacc_warmstart=data.qacc, mocap_pos=data.mocap_pos,
-                  mocap_quat=data.mocap_quat, history=data.history, eq_active=data.eq_active.astype(h.dtype))  # fmt: skip
+                  mocap_quat=data.mocap_quat, history=data.history, plastic=data.plastic,
+                  eq_active=data.eq_active.astype(h.dtype))  # fmt: skip
 
     def field(s, y, args):
         """d/ds of the state in the step's own time s = (t - t0) / h in [0, 1] (so the timestep,
