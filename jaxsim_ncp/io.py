@@ -654,7 +654,8 @@ def _dcmotor_slots(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
 def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
     """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping with or
     without side sites) are simulated, with armature (MuJoCo's compiler refuses it on wrapping
-    tendons); MuJoCo 4's other tendon extras are refused, naming the tendon."""
+    tendons); spring plasticity on a spatial tendon is refused, naming the tendon (its yield needs
+    the length at the step's new configuration, which only fixed tendons have without kinematics)."""
     for t in range(m.ntendon):
         tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
         spatial = any(int(m.wrap_type[w]) != int(mujoco.mjtWrap.mjWRAP_JOINT) for w in range(m.tendon_adr[t], m.tendon_adr[t] + m.tendon_num[t]))

@@ -29,23 +29,9 @@ def test_malformed_xml_raises():
 @pytest.mark.parametrize(
     "xml,match",
     [
-        # geom pairs without a narrow-phase function are refused at load time, naming both geoms
-        # a cylinder pair with a margin: MuJoCo's multiccd manifold with margins is not reproduced
-        ("<mujoco><worldbody><body><freejoint/><geom name='a' type='cylinder' size='.1 .2' margin='.01'/></body>"
-         "<body pos='1 0 0'><freejoint/><geom name='b' type='box' size='.1 .1 .2'/></body></worldbody></mujoco>",
-         "margin/gap on the pair 'a'-'b'.*multiccd"),
-        # the same for a mesh pair (multiccd manifolds against meshes)
-        ("<mujoco><asset><mesh name='m' vertex='0 0 0 1 0 0 0 1 0 0 0 1'/></asset><worldbody><geom name='rock' type='mesh' mesh='m'/>"
-         "<body><freejoint/><geom name='tet' type='mesh' mesh='m' gap='.01'/></body></worldbody></mujoco>", "margin/gap on the pair 'rock'-'tet'.*multiccd"),
-        ("<mujoco><asset><hfield name='h' nrow='2' ncol='2' size='1 1 1 .1'/></asset><worldbody><geom name='ground' type='hfield' hfield='h'/>"
-         "<body><freejoint/><geom name='ball' size='.1' margin='.01'/></body></worldbody></mujoco>", "height-field pair 'ground'-'ball'"),
         # convex pairs follow MuJoCo's native GJK/EPA only, not libccd's
         ("<mujoco><option><flag nativeccd='disable'/></option><worldbody><geom name='egg' type='ellipsoid' size='.1 .2 .3'/>"
          "<body><freejoint/><geom name='pill' type='capsule' size='.1 .2'/></body></worldbody></mujoco>", "nativeccd.*'pill'-'egg'"),
-        # spring plasticity (springyield, on joints or tendons) is not simulated yet
-        ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
-         "<tendon><fixed name='yield' stiffness='1' springyield='0.5'><joint joint='j' coef='1'/></fixed></tendon></mujoco>",
-         "springyield"),
         ("<mujoco><default><geom contype='0' conaffinity='0'/></default><worldbody><body><joint name='j'/><geom size='.1'/></body></worldbody>"
          "<actuator><general name='mus' joint='j' dyntype='user'/></actuator></mujoco>", "actuator 'mus'"),
         # MuJoCo 4's sleeping islands are not simulated yet
