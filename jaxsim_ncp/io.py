@@ -608,7 +608,6 @@ def _check_supported(m: mujoco.MjModel, disableflags: tuple[str, ...]) -> None:
     if int(m.opt.enableflags) & int(mujoco.mjtEnableBit.mjENBL_SPECULATIVE):
         unsupported("speculative contacts (option/flag speculative)")
 
-    _check_tendons(m, unsupported)
     _check_sensors(m, unsupported)
     for a in range(m.nactuator):
         aname = _name(m, mujoco.mjtObj.mjOBJ_ACTUATOR, a)
@@ -649,18 +648,6 @@ def _dcmotor_slots(m: mujoco.MjModel, a: int) -> tuple[int, ...]:
         offsets.append(count if p else -1)
         count += bool(p)
     return tuple(offsets)
-
-
-def _check_tendons(m: mujoco.MjModel, unsupported) -> None:
-    """Fixed tendons and spatial tendons (sites, pulleys, sphere and cylinder wrapping with or
-    without side sites) are simulated, with armature (MuJoCo's compiler refuses it on wrapping
-    tendons); spring plasticity on a spatial tendon is refused, naming the tendon (its yield needs
-    the length at the step's new configuration, which only fixed tendons have without kinematics)."""
-    for t in range(m.ntendon):
-        tname = _name(m, mujoco.mjtObj.mjOBJ_TENDON, t)
-        spatial = any(int(m.wrap_type[w]) != int(mujoco.mjtWrap.mjWRAP_JOINT) for w in range(m.tendon_adr[t], m.tendon_adr[t] + m.tendon_num[t]))
-        if int(m.tendon_plasticadr[t]) >= 0 and spatial:
-            unsupported(f"tendon {tname!r}/springyield on a spatial tendon (plastic fixed tendons are simulated)")
 
 
 def _check_sensors(m: mujoco.MjModel, unsupported) -> None:

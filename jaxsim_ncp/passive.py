@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import constraint, fluid, math, smooth, tendon
+from . import constraint, fluid, math, smooth
 from .types import Data, JointType, Model
 
 
@@ -124,13 +124,16 @@ def spring_references(model: Model, data: Data):
     return qpos_spring, lengthspring
 
 
-def plasticity(model: Model, qpos, plastic):
+def plasticity(model: Model, data: Data, qpos):
     """Ideal elasto-plasticity (MuJoCo 4's springyield), after a step at its new qpos: a spring whose
     displacement from its reference exceeds the yield y keeps displacement y and moves its reference
     along: hinge and slide r <- q -+ y; ball r <- q exp(-y v / |v|) with v = q - r (mju_subQuat);
-    a fixed tendon's deadband [lo, hi] shifts by length - y - hi beyond it (length + y - lo below),
-    except the lower bound of a slack deadband [0, L] when stretched, which stays 0 (probed)."""
+    a tendon's deadband [lo, hi] shifts by length - y - hi beyond it (length + y - lo below), except
+    the lower bound of a slack deadband [0, L] when stretched, which stays 0; the new length is
+    MuJoCo's first-order one, ten_length + ten_J dq with dq the step's displacement (probed). `data`
+    holds the step's forward at its start (plastic, ten_length, ten_J), qpos its new configuration."""
     topo = model.topology
+    plastic = data.plastic
     for qadr, adr, width, j in _plastic_joints(model):
         y, q, r = model.jnt_springyield[j], qpos[qadr : qadr + width], plastic[adr : adr + width]
         if width == 1:
@@ -143,7 +146,7 @@ def plasticity(model: Model, qpos, plastic):
             new = jnp.where(angle > y, math.quat_mul(q, math.axis_angle_to_quat(axis, -y)), r)
         plastic = plastic.at[adr : adr + width].set(new)
     if any(adr >= 0 for adr in topo.tendon_plasticadr):
-        lengths = tendon.fixed_lengths(model, qpos)
+        lengths = data.ten_length + data.ten_J @ spring_displacement(model, qpos, data.qpos)
         for t, adr in enumerate(topo.tendon_plasticadr):
             if adr < 0:
                 continue

@@ -1,7 +1,7 @@
 """Spring plasticity (MuJoCo 4's springyield, passive.plasticity) against MuJoCo and finite differences.
 
-A hinge, a ball joint and a slide with plastic springs and two fixed tendons with plastic deadbands
-(one [lo, hi], one slack [0, L]), driven back and forth past their yields: qpos and Data.plastic
+A hinge, a ball joint and a slide with plastic springs, two fixed tendons with plastic deadbands
+(one [lo, hi], one slack [0, L]) and a spatial one, driven back and forth past their yields: qpos and Data.plastic
 follow MuJoCo's (mjData.plastic) step by step; the gradient of the final state w.r.t. the controls,
 the yields and the stiffnesses (through the springs' moving references) equals central differences.
 """
@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
-import pytest
 
 import jaxsim_ncp as jsn
 from test_gradients import check_directional
@@ -21,10 +20,12 @@ XML = """<mujoco><option timestep="0.005" integrator="implicitfast"/><worldbody>
   <geom type="capsule" fromto="0 0 0 .3 0 0" size=".02"/>
   <body pos=".3 0 0"><joint type="ball" stiffness="1" springyield="15" damping="0.01"/><geom type="capsule" fromto="0 0 0 .2 0 0" size=".02"/></body></body>
 <body pos="0 1 1"><joint name="s" type="slide" axis="1 0 0" stiffness="5" springyield="0.05" springref="0.1"/><geom type="box" size=".05 .05 .05"/></body>
-<body pos="0 2 1"><joint name="s2" type="slide" axis="0 0 1"/><geom type="box" size=".05 .05 .05"/></body>
+<site name="anchor" pos="0.2 2 1.5"/>
+<body pos="0 2 1"><joint name="s2" type="slide" axis="0 0 1"/><geom type="box" size=".05 .05 .05"/><site name="tip" pos="0 0 .05"/></body>
 <body pos="0 3 1"><joint name="s3" type="slide" axis="0 0 1"/><geom type="box" size=".05 .05 .05"/></body>
 </worldbody><tendon><fixed stiffness="4" springlength="0.1 0.3" springyield="0.1"><joint joint="s2" coef="1"/></fixed>
-<fixed stiffness="4" springlength="0 0.3" springyield="0.05"><joint joint="s3" coef="-1"/></fixed></tendon>
+<fixed stiffness="4" springlength="0 0.3" springyield="0.05"><joint joint="s3" coef="-1"/></fixed>
+<spatial stiffness="3" springlength="0.4 0.5" springyield="0.03"><site site="anchor"/><site site="tip"/></spatial></tendon>
 <actuator><motor joint="h"/><motor joint="s"/><motor joint="s2"/><motor joint="s3"/></actuator></mujoco>"""
 T = 400
 
@@ -50,7 +51,7 @@ def test_plastic_springs_follow_mujoco_and_finite_differences():
         np.testing.assert_allclose(traj.qpos[t], d.qpos, rtol=0, atol=1e-12, err_msg=f"step {t}")
         np.testing.assert_allclose(traj.plastic[t], d.plastic, rtol=0, atol=1e-12, err_msg=f"step {t}")
     moved = np.abs(d.plastic - start)
-    assert np.all(moved[[0, 1, 5, 6, 7, 8, 9]] > 0.1)  # every spring yielded: hinge, ball, slide, both tendons
+    assert np.all(moved[[0, 1, 5, 6, 7, 8, 9, 10, 11]] > 0.1)  # every spring yielded: hinge, ball, slide, the tendons
     assert d.plastic[8] < 0  # the slack tendon compressed past its yield: both bounds moved
 
     def final_state(args):
@@ -61,10 +62,3 @@ def test_plastic_springs_follow_mujoco_and_finite_differences():
 
     args = (jnp.asarray(ctrl), model.jnt_springyield, model.jnt_stiffness)
     check_directional(final_state, args, np.random.default_rng(0), n_dirs=2, rtol=1e-5)
-
-
-def test_plasticity_on_a_spatial_tendon_is_refused():
-    xml = """<mujoco><worldbody><site name="a"/><body pos="0 0 -1"><joint type="slide" axis="0 0 1"/><geom size=".1"/><site name="b"/></body>
-      </worldbody><tendon><spatial name="rope" stiffness="10" springyield="0.1"><site site="a"/><site site="b"/></spatial></tendon></mujoco>"""
-    with pytest.raises(jsn.UnsupportedFeatureError, match="tendon 'rope'/springyield on a spatial tendon"):
-        jsn.load_mjcf(xml)
