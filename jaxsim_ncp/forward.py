@@ -516,7 +516,7 @@ def step(model: Model, data: Data) -> Data:
     else:  # freeze at the last good state
         fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history, data.plastic)
         diverged = data.diverged | bad
-    warm = new.qacc_warmstart if integrator == "rk4" and model.opt.solver != "ncp" else data.qacc  # the last forward's
+    warm = new.qacc_warmstart if integrator == "rk4" else data.qacc  # the last forward's qacc (RK4: its last stage's)
     plastic = passive.plasticity(model, data, new.qpos)  # the springs yield at the new configuration
     fresh = (new.qpos, new.qvel, new.act, new.time, warm, recorded, plastic)
     qpos, qvel, act, time, warmstart, buffers, plastic = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))

@@ -95,7 +95,7 @@ def tendon_stretch(model: Model, data: Data):
 
 
 def _plastic_joints(model: Model):
-    """Static (qpos address, plastic address, width) of plastic joints: width 4 for ball joints, else 1."""
+    """Static (qpos address, plastic address, width, joint) of plastic joints: width 4 for ball joints, else 1."""
     topo = model.topology
     return [(topo.jnt_qposadr[j], adr, 4 if topo.jnt_type[j] == JointType.BALL else 1, j)
             for j, adr in enumerate(topo.jnt_plasticadr) if adr >= 0]  # fmt: skip
