@@ -134,6 +134,8 @@ def plasticity(model: Model, data: Data, qpos):
     holds the step's forward at its start (plastic, ten_length, ten_J), qpos its new configuration."""
     topo = model.topology
     plastic = data.plastic
+    if model.opt.disabled("spring"):  # no spring, nothing yields (MuJoCo's references stay put)
+        return plastic
     for qadr, adr, width, j in _plastic_joints(model):
         y, q, r = model.jnt_springyield[j], qpos[qadr : qadr + width], plastic[adr : adr + width]
         if width == 1:

@@ -13,6 +13,7 @@ import mujoco
 import numpy as np
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp import passive
 from test_gradients import check_directional
 
 XML = """<mujoco><option timestep="0.005" integrator="implicitfast"/><worldbody>
@@ -62,3 +63,15 @@ def test_plastic_springs_follow_mujoco_and_finite_differences():
 
     args = (jnp.asarray(ctrl), model.jnt_springyield, model.jnt_stiffness)
     check_directional(final_state, args, np.random.default_rng(0), n_dirs=2, rtol=1e-5)
+
+
+def test_disabled_springs_do_not_yield():
+    """With <flag spring="disable"/> MuJoCo's references stay put however far the joints move; so do ours."""
+    m = mujoco.MjModel.from_xml_string(XML.replace('integrator="implicitfast"/>', 'integrator="implicitfast"><flag spring="disable"/></option>'))
+    d = mujoco.MjData(m)
+    d.qpos[[0, 5, 6, 7]] = [2.0, 1.0, 1.0, -1.0]  # hinge, slide and both tendons' joints far past their yields
+    mujoco.mj_step(m, d)
+    model = jsn.from_mujoco(m)
+    data = jsn.make_data(model)
+    np.testing.assert_array_equal(d.plastic, data.plastic)
+    np.testing.assert_array_equal(passive.plasticity(model, data, jnp.asarray(d.qpos)), data.plastic)
