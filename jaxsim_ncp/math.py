@@ -98,6 +98,25 @@ def small_matmul(a: Float[Array, "... m k"], b: Float[Array, "... k n"]) -> Floa
     return out
 
 
+@jax.custom_jvp
+def quotient(num: Array, den: Array) -> Array:
+    """num / den, differentiated as (d num - q d den) / den with q = num / den.
+
+    The textbook derivative -num / den**2 squares den: for |den| < ~1e-19 that overflows float32
+    (and underflows to 0 below ~1e-23, giving 0 / 0), so a quotient the computation then discards
+    (an unused candidate, a `where` branch) turns its zero cotangent into 0 * inf = NaN. This form
+    is finite wherever q and 1 / den are; the value is num / den, bit for bit.
+    """
+    return num / den
+
+
+@quotient.defjvp
+def _quotient_jvp(primals, tangents):
+    (num, den), (dnum, dden) = primals, tangents
+    q = num / den
+    return q, (dnum - q * dden) / den
+
+
 _SMALL_SQ = 1e-6  # below this squared angle the Taylor branches are exact to ~1e-21
 
 

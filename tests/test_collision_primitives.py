@@ -483,3 +483,33 @@ def test_float32_epa_keeps_the_origin_inside_its_polytope():
     assert 0 < float(depth64) < 2e-3 and float(depth32) >= 0
     np.testing.assert_allclose(float(depth32), float(depth64), atol=1e-5)
     np.testing.assert_allclose(n32, n64, atol=5e-3)
+
+
+def test_capsule_box_gradient_is_finite_with_round_off_off_its_rotation_axis():
+    """A capsule and a box both turned about the world y axis, their matrices carrying float32
+    round-off (1e-26 to 1e-23) off that axis (GPU fuzz, seed 3010 scene 49, step 41 of 500). The
+    capsule's axis in the box frame then has a y component of ~1e-24: nonzero, so `capsule_box`
+    forms size / component (as C does; never the minimum), and the textbook derivative of that
+    quotient, -size / component**2, overflowed float32. The pair is apart, so the pipeline passes
+    a zero cotangent, and 0 * inf made the step's gradient NaN. Now finite, and float64's."""
+    fn = FUNCTIONS[(CAPSULE, BOX)][0]
+    capsule = ([0.14319934, 0.2585144, 0.20184954],
+               [[0.99816817, -1.2204523e-25, -0.06050081], [1.2429599e-25, 1.0, 3.3438874e-26],
+                [0.06050081, -4.0897628e-26, 0.99816817]], [0.15225595, 0.052182987, 0.0])
+    box = ([0.40568632, 0.2585144, 0.1838665],
+           [[0.8934493, 2.3085642e-23, -0.44916412], [-2.4772637e-23, 1.0, 2.1207105e-24],
+            [0.44916412, 9.2322317e-24, 0.8934493]], [0.02185354, 0.058766577, 0.19535346])
+
+    def loss(poses, dtype, masked):
+        col = fn(*(GeomFrame(p, m, jnp.asarray(s, dtype)) for (p, m), (_, _, s) in zip(poses, (capsule, box))),
+                 jnp.zeros((), dtype))
+        weight = jnp.where(col.valid, 1.0, 0.0) if masked else jnp.ones_like(col.dist)
+        return jnp.sum(weight * col.dist) + jnp.sum(weight[:, None] * col.pos)
+
+    grad = jax.jit(jax.grad(loss), static_argnums=(1, 2))
+    poses = lambda dtype: tuple((jnp.asarray(p, dtype), jnp.asarray(m, dtype)) for p, m, _ in (capsule, box))  # noqa: E731
+    masked = grad(poses(jnp.float32), jnp.float32, True)  # both slots apart: a zero cotangent
+    assert all(np.all(np.asarray(leaf) == 0) for leaf in jax.tree.leaves(masked))
+    g32, g64 = grad(poses(jnp.float32), jnp.float32, False), grad(poses(jnp.float64), jnp.float64, False)
+    for a, b in zip(jax.tree.leaves(g32), jax.tree.leaves(g64)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)

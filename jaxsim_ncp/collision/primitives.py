@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ..math import make_frame, normalize, safe_norm
+from ..math import make_frame, normalize, quotient, safe_norm
 from .base import Collision, GeomFrame
 from .smoothing import blend
 
@@ -423,8 +423,8 @@ def capsule_box(g1: GeomFrame, g2: GeomFrame, margin, smoothing: float = 0.0) ->
     nonzero = abs_half > 0
 
     def ratio(num, k):  # num / |halfaxis[k]|, +inf where that component is 0 (as in C)
-        ok = nonzero[k]
-        return jnp.where(ok, num / jnp.where(ok, abs_half[k], 1.0), jnp.inf)
+        ok = nonzero[k]  # a component of 1e-25 (float32 round-off of an axis-aligned capsule): see `quotient`
+        return jnp.where(ok, quotient(num, jnp.where(ok, abs_half[k], 1.0)), jnp.inf)
 
     # nearest point: capsule ends against the faces (an end clamped along at most one axis),
     # then the segment against the 12 edges; sequential "first strict minimum" as in C (edges
@@ -494,7 +494,7 @@ def capsule_box(g1: GeomFrame, g2: GeomFrame, margin, smoothing: float = 0.0) ->
     for i in range(3):
         for bound in (size[i], -size[i]):
             ok = (clface != i) & nonzero[i]
-            e1 = (bound - start[i]) / jnp.where(nonzero[i], halfaxis[i], 1.0) * mul_c
+            e1 = quotient(bound - start[i], jnp.where(nonzero[i], halfaxis[i], 1.0)) * mul_c
             update = ok & (e1 > 0) & (e1 < second_c)
             second_c = jnp.where(update, e1, second_c)
     second_c = second_c * mul_c
