@@ -13,7 +13,9 @@ Both solvers are fuzzed: 30% of the structures (``--ncp-fraction``) use the hard
 NCP (``solver="ncp"``, in the settings it supports), the rest MuJoCo's soft Newton solver,
 10% of those with the adaptive integrator (``--adaptive-fraction``); 20% of all structures
 add contacts from distance (``--cfd-fraction``, a random width), 10% get a small contact
-capacity (``--capped-fraction``, ``max_geom_pairs`` 1 or 2).
+capacity (``--capped-fraction``, ``max_geom_pairs`` 1 or 2). 20% of the scenes (``--planar-fraction``;
+0 replays runs before 2026-12-04) start in planar motion about a world axis with float32 round-off
+(1e-37 to 1e-20) in the other quaternion and velocity components.
 
 Checked per scene: every state of the rollout and the gradient of a rollout loss with
 respect to the initial velocity and the geom frictions are finite; the solver and
@@ -165,9 +167,35 @@ def structure_model(structure: Structure, mj: mujoco.MjModel, dtype=None) -> jsn
     )
 
 
-def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
-    """n random scenes of one structure, their models stacked for vmap."""
+def _planar_state(rng: np.random.Generator, qpos: np.ndarray, qvel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(qpos, qvel) with every free body turned about one world axis (x or y, the scene's) and
+    moving in the plane normal to it, the other quaternion and velocity components float32
+    round-off (+-1e-37 to 1e-20, or 0): what planar motion leaves after a few float32 steps. The
+    regime of the GPU fuzz's seed-3010 NaN (`capsule_box`: a 1e-24 axis component)."""
+    qpos, qvel = qpos.copy(), qvel.copy()
+    k = int(rng.integers(2))
+    others = np.array([a for a in range(3) if a != k])
+
+    def round_off(size):
+        return rng.choice([-1.0, 1.0], size) * 10 ** rng.uniform(-37, -20, size) * (rng.uniform(size=size) < 0.7)
+
+    for b in range(len(qpos) // 7):
+        angle = rng.uniform(-np.pi, np.pi)
+        quat = np.zeros(4)
+        quat[0], quat[1 + k] = np.cos(angle / 2), np.sin(angle / 2)
+        quat[1 + others] = round_off(2)
+        qpos[7 * b + 3:7 * b + 7] = quat
+        qvel[6 * b + k] = round_off(1)[0]  # linear (world frame): in the plane
+        qvel[6 * b + 3 + others] = round_off(2)  # angular (body frame = world about axis k): about the axis
+    return qpos, qvel
+
+
+def make_group(structure: Structure, n: int, seed: int, dtype=None, planar: float = 0.0) -> Group:
+    """n random scenes of one structure, their models stacked for vmap; a share `planar` of them
+    start in planar motion with float32 round-off off the plane (`_planar_state`, drawn from a
+    second stream: the other scenes are the same for any share)."""
     rng = np.random.default_rng(seed)
+    planar_rng = np.random.default_rng([seed, 1])
     models, qpos, qvel, apart, xmls = [], [], [], [], []
     for _ in range(n):
         xmls.append(scene_xml(rng, structure))
@@ -178,11 +206,18 @@ def make_group(structure: Structure, n: int, seed: int, dtype=None) -> Group:
         # meshes: MuJoCo's GJK reports no contact, yet they overlap)
         poses = np.round(np.concatenate([mj.body_pos, mj.body_quat], axis=1)[1:], 12)
         coincident = len(np.unique(poses, axis=0)) < len(poses)
-        apart.append(all(md.contact[i].dist >= 0 for i in range(md.ncon)) and not coincident)
         models.append(structure_model(structure, mj, dtype))
-        qpos.append(md.qpos.copy())
+        q = md.qpos.copy()
         v = np.concatenate([np.r_[rng.normal(scale=1.0, size=3), rng.normal(scale=3.0, size=3)] for _ in structure.types])
-        qvel.append(v * (rng.uniform() > 0.25))  # a quarter of the scenes start at rest
+        v = v * (rng.uniform() > 0.25)  # a quarter of the scenes start at rest
+        if planar_rng.uniform() < planar:
+            q, v = _planar_state(planar_rng, q, v)
+            md.qpos[:] = q
+            mujoco.mj_forward(mj, md)
+            coincident = len(np.unique(np.round(q.reshape(-1, 7), 12), axis=0)) < len(q) // 7
+        apart.append(all(md.contact[i].dist >= 0 for i in range(md.ncon)) and not coincident)
+        qpos.append(q)
+        qvel.append(v)
     model = jax.tree.map(lambda *xs: jnp.stack(xs), *models)
     return Group(structure, model, np.stack(qpos), np.stack(qvel), np.asarray(apart), seed, tuple(xmls))
 
@@ -320,7 +355,7 @@ def next_group(rng: np.random.Generator, n: int, args: argparse.Namespace, dtype
     """The next group of a run (`main`'s draws, in order): a random structure (unless given), then
     n scenes of it."""
     structure = run_structure(rng, args) if structure is None else structure
-    return make_group(structure, n, seed=int(rng.integers(2**31)), dtype=dtype)
+    return make_group(structure, n, seed=int(rng.integers(2**31)), dtype=dtype, planar=args.planar_fraction)
 
 
 def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
@@ -331,6 +366,8 @@ def add_structure_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cfd-fraction", type=float, default=0.2, help="share of structures with contacts from distance")
     parser.add_argument("--capped-fraction", type=float, default=0.1, help="share of structures with a contact capacity (max_geom_pairs 1-2)")
     parser.add_argument("--mesh-fraction", type=float, default=0.1, help="share of structures that may draw mesh geoms (0: replay earlier seeds)")
+    parser.add_argument("--planar-fraction", type=float, default=0.2,
+                        help="share of scenes starting in planar motion with float32 round-off off the plane (0: replay earlier runs)")
 
 
 def main() -> None:

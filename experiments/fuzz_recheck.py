@@ -84,7 +84,8 @@ def chosen_group(args: argparse.Namespace, dtype, keep_all: bool = False) -> fuz
     if args.make_group_seed is None:
         group = fuzz.next_group(rng, args.scenes, args, dtype=dtype)  # the run's first
     else:
-        group = fuzz.make_group(fuzz.run_structure(rng, args), args.scenes, args.make_group_seed, dtype=dtype)
+        group = fuzz.make_group(fuzz.run_structure(rng, args), args.scenes, args.make_group_seed, dtype=dtype,
+                                planar=args.planar_fraction)
     if keep_all:
         return group
     idx = np.asarray(args.only)
