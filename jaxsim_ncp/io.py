@@ -27,6 +27,7 @@ from .types import (
     DynType,
     GainType,
     JointType,
+    Keyframes,
     Model,
     Option,
     Topology,
@@ -34,6 +35,17 @@ from .types import (
     default_dtype,
 )
 from .validate import ModelError, check_model
+
+
+def _keyframes(m: mujoco.MjModel, f) -> Keyframes:
+    """mjModel.key_* (the compiler has filled what a <key> leaves out: qpos0, body poses, zeros)."""
+    n = m.nkey
+    return Keyframes(
+        time=f(m.key_time), qpos=f(np.reshape(m.key_qpos, (n, m.nq))), qvel=f(np.reshape(m.key_qvel, (n, m.nv))),
+        act=f(np.reshape(m.key_act, (n, m.na))), ctrl=f(np.reshape(m.key_ctrl, (n, m.nu))),
+        mocap_pos=f(np.reshape(m.key_mpos, (n, m.nmocap, 3))), mocap_quat=f(np.reshape(m.key_mquat, (n, m.nmocap, 4))),
+        plastic=f(np.reshape(m.key_plastic, (n, m.nplastic))),
+    )
 
 
 class MJCFError(ValueError):
@@ -316,6 +328,7 @@ def from_mujoco(
         jnt_plasticadr=ints(m.jnt_plasticadr),
         tendon_plasticadr=ints(m.tendon_plasticadr),
         nplastic=int(m.nplastic),
+        key_names=names(mujoco.mjtObj.mjOBJ_KEY, m.nkey),
         sensor_type=ints(m.sensor_type),
         sensor_objtype=ints(m.sensor_objtype),
         sensor_objid=ints(m.sensor_objid),
@@ -466,6 +479,7 @@ def from_mujoco(
         actuator_cranklength=f(m.actuator_cranklength),
         actuator_delay=f(m.actuator_delay),
         geom_ray_triangles=tuple(f(t) for t in ray.geom_ray_surfaces(m)) if rangefinders else None,
+        keyframes=_keyframes(m, f) if m.nkey else None,
     )
     check_model(model)
     _check_mass_matrix(m)

@@ -220,6 +220,7 @@ class Topology:
     jnt_plasticadr: tuple[int, ...] = ()
     tendon_plasticadr: tuple[int, ...] = ()
     nplastic: int = 0
+    key_names: tuple[str, ...] = ()  # keyframes (Model.keyframes), "" where unnamed
 
     @property
     def nsensordata(self) -> int:
@@ -547,6 +548,20 @@ class Option(eqx.Module):
         return flag in self.disableflags
 
 
+class Keyframes(eqx.Module):
+    """The model's keyframes (mjModel.key_*), one row per keyframe: the states `make_data(model, key)`
+    starts from (mj_resetDataKeyframe)."""
+
+    time: Float[Array, " nkey"]
+    qpos: Float[Array, "nkey nq"]
+    qvel: Float[Array, "nkey nv"]
+    act: Float[Array, "nkey na"]
+    ctrl: Float[Array, "nkey nu"]
+    mocap_pos: Float[Array, "nkey nmocap 3"]
+    mocap_quat: Float[Array, "nkey nmocap 4"]
+    plastic: Float[Array, "nkey nplastic"]
+
+
 class Model(eqx.Module):
     """Static model description (mjModel subset). Float leaves are differentiable."""
 
@@ -679,6 +694,7 @@ class Model(eqx.Module):
     sensor_interval: Float[Array, "nsensor 2"]  # sample period and phase (history.py)
     # rangefinders only (ray.py): each geom's mesh or height-field triangles, geom frame; None without
     geom_ray_triangles: tuple[Float[Array, "ntri 3 3"], ...] | None = None
+    keyframes: Keyframes | None = None  # None without keyframes (names: topology.key_names)
 
     @property
     def dtype(self):
@@ -857,9 +873,37 @@ class Data(eqx.Module):
         return dataclasses.replace(self, **changes)
 
 
+def make_data(model: Model, key: int | str | None = None) -> Data:
+    """Data at qpos0 with zero velocity, activation and controls (mj_resetData), or, with `key` (a
+    keyframe's index or name), at that keyframe: its time, qpos, qvel, act, ctrl, mocap poses and
+    plastic state (mj_resetDataKeyframe)."""
+    data = _reset_data(model)
+    if key is None:
+        return data
+    k, frames = keyframe_index(model, key), model.keyframes
+    return data.replace(time=frames.time[k], qpos=frames.qpos[k], qvel=frames.qvel[k], act=frames.act[k],
+                        ctrl=frames.ctrl[k], mocap_pos=frames.mocap_pos[k], mocap_quat=frames.mocap_quat[k],
+                        plastic=frames.plastic[k])
+
+
+def keyframe_index(model: Model, key: int | str) -> int:
+    """The index of a keyframe given by index or name; a clear error for one the model lacks."""
+    names = model.topology.key_names
+    if isinstance(key, str):
+        if key not in names:
+            raise ValueError(f"no keyframe named {key!r}; the model's keyframes: {[n for n in names if n] or 'none named'} "
+                             f"({len(names)} in all)")
+        return names.index(key)
+    if isinstance(key, (bool, np.bool_)) or not isinstance(key, (int, np.integer)):
+        raise TypeError(f"key must be a keyframe's index (int) or name (str), got {type(key).__name__}")
+    if not -len(names) <= key < len(names):
+        raise ValueError(f"keyframe index {key} out of range: the model has {len(names)} keyframe(s)")
+    return int(key) % len(names)
+
+
 @jax.jit
-def make_data(model: Model) -> Data:
-    """Data at qpos0 with zero velocity, activation and controls (one compiled program per model
+def _reset_data(model: Model) -> Data:
+    """make_data's state at qpos0 (one compiled program per model
     structure: called eagerly, its ~40 array constructors would otherwise each compile one)."""
     from . import history, passive  # they read Model and Data
 
