@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None, cpu_cores: bool | None = None) -> None:
     sim.add_argument("--ctrl", choices=("zero", "random"), default="random", help="controls: zero or smooth random")
     sim.add_argument("--video-worlds", type=int, default=4, help="worlds tiled in the video")
     sim.add_argument("--solver", choices=("newton", "cg", "ncp"), default=None, help="default: the MJCF's option/solver")
+    sim.add_argument("--key", default="", help="start at this <keyframe> (name or index; default: qpos0)")
     sim.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="parent of the run folder")
 
     for name, text in (("sysid", "fit model parameters to recorded trajectories (configs/sysid_cube.toml)"),
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None, cpu_cores: bool | None = None) -> None:
             overrides = {"solver": args.solver} if args.solver else {}
             out = _run_folder(args, "simulate")
             workflows.simulate(args.model, out, overrides, batch=args.batch, steps=args.steps, ctrl=args.ctrl,
-                               video_worlds=args.video_worlds)  # fmt: skip
+                               video_worlds=args.video_worlds, key=args.key)  # fmt: skip
         elif args.command in ("sysid", "mpc"):
             config = workflows.load_config(args.config)
             out = _run_folder(args, args.command)

@@ -114,12 +114,12 @@ def _pyplot():
 
 # ------------------------------------------------------------------------------ simulate
 SIMULATE_DEFAULTS = {"batch": 4, "steps": 200, "ctrl": "random", "ctrl_scale": 0.5, "seed": 0, "video_worlds": 4,
-                     "fps": 30.0, "width": 240, "height": 180}  # fmt: skip
+                     "fps": 30.0, "width": 240, "height": 180, "key": ""}  # fmt: skip
 
 
 def simulate(model_path: str, out: pathlib.Path, overrides: dict | None = None, **options) -> dict:
-    """A batched rollout of an MJCF model: `batch` worlds from qpos0 with small random initial
-    velocities under zero or smooth random controls. Writes states.csv (world, step, time,
+    """A batched rollout of an MJCF model: `batch` worlds from qpos0 (or from the keyframe `key`, a
+    name or index) with small random initial velocities added under zero or smooth random controls. Writes states.csv (world, step, time,
     qpos, qvel), rollout.gif (the first `video_worlds` worlds tiled) and returns a summary."""
     from . import render
     from .forward import rollout
@@ -132,8 +132,9 @@ def simulate(model_path: str, out: pathlib.Path, overrides: dict | None = None, 
     model = load_model(path, overrides)
     b, t = int(opts["batch"]), int(opts["steps"])
     rng = np.random.default_rng(opts["seed"])
-    data = make_data(model)
-    qvel0 = jnp.asarray(0.1 * rng.normal(size=(b, model.nv)), model.dtype)
+    key = opts["key"]
+    data = make_data(model, (int(key) if str(key).lstrip("-").isdigit() else key) if key != "" else None)
+    qvel0 = data.qvel + jnp.asarray(0.1 * rng.normal(size=(b, model.nv)), model.dtype)
     knots = rng.normal(size=(b, 5, model.nu)) * opts["ctrl_scale"]
     ctrl = np.stack([[np.interp(np.linspace(0, 4, t), np.arange(5), knots[w, :, a]) for a in range(model.nu)]
                      for w in range(b)], axis=-1) if model.nu and opts["ctrl"] == "random" else np.zeros((b, t, model.nu))  # fmt: skip

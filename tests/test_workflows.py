@@ -81,9 +81,11 @@ def test_mpc_cli_runs_every_planner_and_writes_results(tmp_path, capsys):
 
 
 def test_simulate_cli_writes_states_and_a_video_that_moves(tmp_path, capsys):
-    out, folder = run(["simulate", "pusher", "--batch", "2", "--steps", "12", "--video-worlds", "1", "--out", str(tmp_path)], capsys)
+    out, folder = run(["simulate", "pusher", "--batch", "2", "--steps", "12", "--video-worlds", "1", "--key", "near_goal",
+                       "--out", str(tmp_path)], capsys)  # fmt: skip
     states = np.genfromtxt(f"{folder}/states.csv", delimiter=",", skip_header=1)
     assert states.shape == (2 * 12, 3 + 9 + 8) and np.all(np.isfinite(states))
+    np.testing.assert_allclose(states[0, 3:8], [0.2, 0.02, 0.32, 0.02, 0.05], atol=0.02)  # from the keyframe, not qpos0
     gif = Image.open(f"{folder}/rollout.gif")
     frames = []
     for i in range(gif.n_frames):
