@@ -890,7 +890,7 @@ def keyframe_index(model: Model, key: int | str) -> int:
     """The index of a keyframe given by index or name; a clear error for one the model lacks."""
     names = model.topology.key_names
     if isinstance(key, str):
-        if key not in names:
+        if not key or key not in names:
             raise ValueError(f"no keyframe named {key!r}; the model's keyframes: {[n for n in names if n] or 'none named'} "
                              f"({len(names)} in all)")
         return names.index(key)

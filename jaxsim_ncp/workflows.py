@@ -119,8 +119,9 @@ SIMULATE_DEFAULTS = {"batch": 4, "steps": 200, "ctrl": "random", "ctrl_scale": 0
 
 def simulate(model_path: str, out: pathlib.Path, overrides: dict | None = None, **options) -> dict:
     """A batched rollout of an MJCF model: `batch` worlds from qpos0 (or from the keyframe `key`, a
-    name or index) with small random initial velocities added under zero or smooth random controls. Writes states.csv (world, step, time,
-    qpos, qvel), rollout.gif (the first `video_worlds` worlds tiled) and returns a summary."""
+    name or index) with small random velocities added, under zero or smooth random controls. Writes
+    states.csv (world, step, time, qpos, qvel), rollout.gif (the first `video_worlds` worlds tiled)
+    and returns a summary."""
     from . import render
     from .forward import rollout
     from .types import make_data
@@ -132,8 +133,10 @@ def simulate(model_path: str, out: pathlib.Path, overrides: dict | None = None, 
     model = load_model(path, overrides)
     b, t = int(opts["batch"]), int(opts["steps"])
     rng = np.random.default_rng(opts["seed"])
-    key = opts["key"]
-    data = make_data(model, (int(key) if str(key).lstrip("-").isdigit() else key) if key != "" else None)
+    key = opts["key"]  # "" (none), a name, or an index (from the command line, as text)
+    if isinstance(key, str) and key.lstrip("-").isdigit():
+        key = int(key)
+    data = make_data(model, None if key == "" else key)
     qvel0 = data.qvel + jnp.asarray(0.1 * rng.normal(size=(b, model.nv)), model.dtype)
     knots = rng.normal(size=(b, 5, model.nu)) * opts["ctrl_scale"]
     ctrl = np.stack([[np.interp(np.linspace(0, 4, t), np.arange(5), knots[w, :, a]) for a in range(model.nu)]

@@ -50,6 +50,8 @@ def test_keyframe_errors_name_the_cause():
     model = jsn.load_mjcf(XML)
     with pytest.raises(ValueError, match="no keyframe named 'jump'.*launch"):
         jsn.make_data(model, "jump")
+    with pytest.raises(ValueError, match="no keyframe named ''"):  # not the first unnamed one
+        jsn.make_data(model, "")
     with pytest.raises(ValueError, match="out of range.*3 keyframe"):
         jsn.make_data(model, 3)
     with pytest.raises(TypeError, match="index.*or name"):
