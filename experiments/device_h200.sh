@@ -5,6 +5,10 @@
 #                                                      # located step by step (fuzz_locate.py), and two new
 #                                                      # structures' counts (fuzz_parallel.sh, groups of 400)
 #   experiments/device_h200.sh bench OUTDIR [PYTHON]  # ~270 s: pile and humanoid forward, humanoid gradient, vs MJX
+# The device session of 2026-12-04 (later), one call:
+#   experiments/device_h200.sh fuzz4 OUTDIR [PYTHON]  # ~520 s: seed 3010's 4000 scenes replayed (the GPU-only NaN
+#                                                      # groups, after the capsule-box quotient fix) beside three new
+#                                                      # structures (Newton implicitfast, NCP, Newton pyramidal)
 # Results: experiments/results/fuzz_h100.md and bench_gpu_h100.md (the H200 sections).
 mode=$1 out=$2; py=${3:-python3}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
@@ -20,6 +24,12 @@ if [ "$mode" = fuzz ]; then
   GROUP=400 PYTHON=$py "$here/fuzz_parallel.sh" "$out/fuzz" 500 280 7011:4000 7016:4000 > "$out/fuzz_counts.txt" 2>&1 &
   wait
   tail -n 30 "$out"/locate_*.txt "$out/fuzz_counts.txt"
+  tar czf "$out/fuzz_logs.tgz" -C "$out" fuzz && rm -rf "$out/fuzz"
+elif [ "$mode" = fuzz4 ]; then
+  export XLA_FLAGS=--xla_gpu_autotune_level=0
+  GROUP=400 PYTHON=$py "$here/fuzz_parallel.sh" "$out/fuzz" 500 500 3010:4000::0 9002:4000 9022:4000 9024:4000 \
+    > "$out/fuzz_counts.txt" 2>&1
+  cat "$out/fuzz_counts.txt"; grep -h "scenes, " "$out"/fuzz/*.log | tail -n 20
   tar czf "$out/fuzz_logs.tgz" -C "$out" fuzz && rm -rf "$out/fuzz"
 elif [ "$mode" = bench ]; then
   run() { local limit=$1 name=$2; shift 2; date +%T; timeout "$limit" "$py" "$@" > "$out/$name.txt" 2>&1; tail -n 6 "$out/$name.txt"; }

@@ -2,11 +2,12 @@
 # The long fuzz study as parallel processes on one accelerator: each SEED:SCENES runs
 # `fuzz.py --seed SEED --scenes SCENES --group SCENES` (one random structure, one compile, all its
 # scenes in one vmapped program), and the counts of all processes are summed at the end.
-# SEED:SCENES:F passes --mesh-fraction F (0 replays seeds drawn before that option).
+# SEED:SCENES:F passes --mesh-fraction F (0 replays seeds drawn before that option), and
+# SEED:SCENES:F:P passes --planar-fraction P too (0 replays runs made before that option; F may be empty).
 # GROUP=N (environment) splits each process's scenes into groups of N new scenes of its one structure
 # (`--one-structure`: still one compile); a process stopped by the time limit then still counts the
 # groups it finished.
-#   experiments/fuzz_parallel.sh LOGDIR STEPS TIMEOUT_S SEED:SCENES[:F] [SEED:SCENES[:F] ...]
+#   experiments/fuzz_parallel.sh LOGDIR STEPS TIMEOUT_S SEED:SCENES[:F[:P]] [SEED:SCENES[:F[:P]] ...]
 # Used for experiments/results/fuzz_h100.md; on a GPU set XLA_PYTHON_CLIENT_PREALLOCATE=false.
 # PYTHON: the interpreter (default python3; here .venv/bin/python).
 set -u
@@ -16,9 +17,9 @@ shift 3
 mkdir -p "$logdir"
 here=$(dirname "$0")
 for spec in "$@"; do
-  IFS=: read -r seed scenes mesh <<< "$spec"
+  IFS=: read -r seed scenes mesh planar <<< "$spec"
   timeout "$limit" "$python" "$here/fuzz.py" --seed "$seed" --scenes "$scenes" --group "${GROUP:-$scenes}" --steps "$steps" \
-    ${GROUP:+--one-structure} ${mesh:+--mesh-fraction "$mesh"} > "$logdir/seed$seed.log" 2>&1 &
+    ${GROUP:+--one-structure} ${mesh:+--mesh-fraction "$mesh"} ${planar:+--planar-fraction "$planar"} > "$logdir/seed$seed.log" 2>&1 &
 done
 wait
 "$python" - "$logdir" <<'PY'
