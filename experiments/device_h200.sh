@@ -29,7 +29,7 @@ elif [ "$mode" = fuzz4 ]; then
   export XLA_FLAGS=--xla_gpu_autotune_level=0
   GROUP=400 PYTHON=$py "$here/fuzz_parallel.sh" "$out/fuzz" 500 500 3010:4000::0 9002:4000 9022:4000 9024:4000 \
     > "$out/fuzz_counts.txt" 2>&1
-  cat "$out/fuzz_counts.txt"; grep -h "scenes, " "$out"/fuzz/*.log | tail -n 20
+  cat "$out/fuzz_counts.txt"; grep "scenes, " "$out"/fuzz/*.log | tail -n 40
   tar czf "$out/fuzz_logs.tgz" -C "$out" fuzz && rm -rf "$out/fuzz"
 elif [ "$mode" = bench ]; then
   run() { local limit=$1 name=$2; shift 2; date +%T; timeout "$limit" "$py" "$@" > "$out/$name.txt" 2>&1; tail -n 6 "$out/$name.txt"; }
