@@ -27,8 +27,13 @@ from jaxsim_ncp.collision.primitives import CAPSULE, CYLINDER, HFIELD, PLANE, SP
 from jaxsim_ncp.collision.mesh import MESH
 
 
-def _frames(rng: np.random.Generator, geom_type: int, n: int, centre) -> GeomFrame:
-    axis, angle = rng.integers(0, 3, n), rng.uniform(-np.pi, np.pi, n)
+def _frames(rng: np.random.Generator, geom_type: int, n: int, centre, axis: np.ndarray | None = None) -> GeomFrame:
+    """n random frames of one geom type turned about a world axis (random, or `axis` per pose);
+    with `axis` given, the positions' components along it are round-off: both geoms of a pair then
+    move in one plane, as in a planar scene (parallel edges, coplanar faces)."""
+    planar = axis is not None
+    axis = rng.integers(0, 3, n) if axis is None else axis
+    angle = rng.uniform(-np.pi, np.pi, n)
     quat = np.zeros((n, 4))
     quat[:, 0], quat[np.arange(n), 1 + axis] = np.cos(angle / 2), np.sin(angle / 2)
     off_axis = np.ones((n, 4), bool)
@@ -41,6 +46,8 @@ def _frames(rng: np.random.Generator, geom_type: int, n: int, centre) -> GeomFra
     if geom_type in (CAPSULE, CYLINDER):
         size[:, 2] = 0
     pos = np.zeros((n, 3)) if geom_type == PLANE else centre + rng.uniform(-0.15, 0.15, (n, 3))
+    if planar and geom_type != PLANE:
+        pos[np.arange(n), axis] = rng.choice([0.0, 1e-30, -1e-25, 1e-20], n)
     mat = jax.vmap(jm.quat_to_mat)(jnp.asarray(quat, jnp.float32))
     return GeomFrame(jnp.asarray(pos, jnp.float32), mat, jnp.asarray(size, jnp.float32))
 
@@ -49,6 +56,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--poses", type=int, default=512, help="random poses per pair function")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--planar", action="store_true", help="both geoms of a pose turned about one axis, in one plane")
     args = parser.parse_args()
     rng, n = np.random.default_rng(args.seed), args.poses
     for types, (fn, slots) in sorted(driver.FUNCTIONS.items()):
@@ -56,7 +64,8 @@ def main() -> None:
             continue
         if "ccd" in inspect.signature(fn).parameters:
             fn = functools.partial(fn, ccd=(1e-6, 35))
-        g1, g2 = _frames(rng, types[0], n, np.array([0, 0, 0.1])), _frames(rng, types[1], n, np.array([0.05, 0, 0.2]))
+        axis = rng.integers(0, 3, n) if args.planar else None
+        g1, g2 = _frames(rng, types[0], n, np.array([0, 0, 0.1]), axis), _frames(rng, types[1], n, np.array([0.05, 0, 0.2]), axis)
         weights = jnp.asarray(rng.normal(size=(n, slots)), jnp.float32)
 
         def loss(a, b, w):
