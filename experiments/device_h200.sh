@@ -9,6 +9,10 @@
 #   experiments/device_h200.sh fuzz4 OUTDIR [PYTHON]  # ~520 s: seed 3010's 4000 scenes replayed (the GPU-only NaN
 #                                                      # groups, after the capsule-box quotient fix) beside three new
 #                                                      # structures (Newton implicitfast, NCP, Newton pyramidal)
+# For the next device session (prepared 2026-12-04, not yet run), one call:
+#   experiments/device_h200.sh fuzz5 OUTDIR [PYTHON]  # ~530 s: seed 9002's NaN group again (its first group of 400,
+#                                                      # after the subnormal-safe normalize) beside three structures
+#                                                      # that compile fast (CPU: 22-35 s), toward 10^4 scenes x 500 steps
 # Results: experiments/results/fuzz_h100.md and bench_gpu_h100.md (the H200 sections).
 mode=$1 out=$2; py=${3:-python3}
 export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
@@ -25,10 +29,12 @@ if [ "$mode" = fuzz ]; then
   wait
   tail -n 30 "$out"/locate_*.txt "$out/fuzz_counts.txt"
   tar czf "$out/fuzz_logs.tgz" -C "$out" fuzz && rm -rf "$out/fuzz"
-elif [ "$mode" = fuzz4 ]; then
+elif [ "$mode" = fuzz4 ] || [ "$mode" = fuzz5 ]; then
   export XLA_FLAGS=--xla_gpu_autotune_level=0
-  GROUP=400 PYTHON=$py "$here/fuzz_parallel.sh" "$out/fuzz" 500 500 3010:4000::0 9002:4000 9022:4000 9024:4000 \
-    > "$out/fuzz_counts.txt" 2>&1
+  if [ "$mode" = fuzz4 ]; then limit=500 specs="3010:4000::0 9002:4000 9022:4000 9024:4000"
+  else limit=520 specs="9002:4000 9011:4000 9020:4000 9021:4000"; fi
+  # shellcheck disable=SC2086
+  GROUP=400 PYTHON=$py "$here/fuzz_parallel.sh" "$out/fuzz" 500 $limit $specs > "$out/fuzz_counts.txt" 2>&1
   cat "$out/fuzz_counts.txt"; grep "scenes, " "$out"/fuzz/*.log | tail -n 40
   tar czf "$out/fuzz_logs.tgz" -C "$out" fuzz && rm -rf "$out/fuzz"
 elif [ "$mode" = bench ]; then

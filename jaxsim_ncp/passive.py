@@ -143,8 +143,7 @@ def plasticity(model: Model, data: Data, qpos):
         else:
             q = math.normalize(q)
             v = math.quat_sub(q, r)
-            angle = math.safe_norm(v)
-            axis = v / jnp.where(angle > 0, angle, 1.0)
+            angle, axis = math.safe_norm(v), math.normalize(v)
             new = jnp.where(angle > y, math.quat_mul(q, math.axis_angle_to_quat(axis, -y)), r)
         plastic = plastic.at[adr : adr + width].set(new)
     if any(adr >= 0 for adr in topo.tendon_plasticadr):

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import OPTIMIZED
 
+from jaxsim_ncp import math as jm
 from jaxsim_ncp.collision import FUNCTIONS, convex, multiccd
 from jaxsim_ncp.collision.base import GeomFrame
 
@@ -513,3 +514,30 @@ def test_capsule_box_gradient_is_finite_with_round_off_off_its_rotation_axis():
     g32, g64 = grad(poses(jnp.float32), jnp.float32, False), grad(poses(jnp.float64), jnp.float64, False)
     for a, b in zip(jax.tree.leaves(g32), jax.tree.leaves(g64)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def test_norm_and_normalize_derivatives_are_finite_where_the_square_is_subnormal():
+    """A GPU keeps float32 subnormals (XLA's CPU flushes them): there a round-off vector of 1e-20,
+    such as the cross product of two parallel box edges in planar motion (`box_box` always forms
+    edge pair 0's contact, then discards it for a face contact; GPU fuzz seed 9002, planar scenes
+    turned about x), has |x|^2 = 1e-40 > 0, and JAX's quotient rule -x / |x|^2 overflowed to inf:
+    0 * inf = NaN through the discarded candidate. float16 keeps its subnormals on this CPU, so it
+    shows the same regime here (|x| = 1e-3: |x|^2 subnormal in float16). `normalize` and
+    `safe_norm` are now differentiated through 1 / |x|: finite, and the analytic derivatives."""
+    x = jnp.array([1e-3, 2e-4, -3e-4], jnp.float16)
+    assert 0 < float(jnp.sum(x * x)) < float(jnp.finfo(jnp.float16).tiny)  # subnormal, not flushed
+    length = np.linalg.norm(np.asarray(x, np.float64))
+    unit = np.asarray(x, np.float64) / length
+    for jacobian in (jax.jacfwd(jm.normalize), jax.jacrev(jm.normalize)):
+        # (I - u u^T) / |x|, up to the few bits a float16 subnormal |x|^2 holds
+        jac = np.asarray(jacobian(x), np.float64)
+        assert np.all(np.isfinite(jac))
+        assert 0.8 < np.linalg.norm(jac, 2) * length < 1.25
+        assert np.linalg.norm(jac @ unit) < 0.1 / length
+    np.testing.assert_allclose(np.asarray(jax.grad(jm.safe_norm)(x), np.float64), unit, atol=0.05)
+    # the discarded-candidate pattern: a zero cotangent stays zero
+    masked = jax.grad(lambda v: jnp.where(False, jnp.sum(jm.normalize(v)), 0.0))(x)
+    assert np.all(np.asarray(masked) == 0)
+    # exactly zero: the identity and a zero gradient, as before
+    np.testing.assert_array_equal(np.asarray(jax.jacfwd(jm.normalize)(jnp.zeros(3))), np.eye(3))
+    np.testing.assert_array_equal(np.asarray(jax.grad(jm.safe_norm)(jnp.zeros(3))), np.zeros(3))

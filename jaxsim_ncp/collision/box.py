@@ -63,11 +63,6 @@ _PERM = np.stack([np.eye(3)[[k, (k + 1) % 3, (k + 2) % 3]] for k in range(3)])
 _CORNERS = np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
 
 
-def _safe_div(num, den, ok):
-    """num / den where ok, 0 elsewhere, with finite gradients on both sides."""
-    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
-
-
 def _clip(poly: Float[Array, "8 3"], n, coord: int, sign: float, limit) -> tuple[Float[Array, "8 3"], Array]:
     """One Sutherland-Hodgman pass against sign * v[coord] <= limit (MuJoCo's clipHalfPlane).
 
@@ -82,7 +77,7 @@ def _clip(poly: Float[Array, "8 3"], n, coord: int, sign: float, limit) -> tuple
     dq = nxt @ d
     emit_p = live & (d <= 0)
     cross = live & (((d < 0) & (dq > 0)) | ((d > 0) & (dq < 0)))
-    t = _safe_div(d, d - dq, cross)
+    t = math.safe_quotient(d, d - dq, cross)
     x = poly + t[:, None] * (nxt @ poly - poly)
     cand = jnp.stack([poly, x], axis=1).reshape(2 * _NMAX, 3)  # p0, x0, p1, x1, ...
     emit = jnp.stack([emit_p, cross], axis=1).reshape(2 * _NMAX)
@@ -153,7 +148,7 @@ def _edge_contact(g1: GeomFrame, g2: GeomFrame, rot, pos21, k, septol):
     denom = 1.0 - b * b
     e = c2 - c1
     d1e, d2e = e[:, 0], e @ d2
-    s = _safe_div(d1e - b * d2e, denom, denom >= _MINVAL)
+    s = math.safe_quotient(d1e - b * d2e, denom, denom >= _MINVAL)
     s = jnp.clip(s, -s1[0], s1[0])
     t = jnp.clip(b * s - d2e, -s2[0], s2[0])
     s = jnp.clip(d1e + b * t, -s1[0], s1[0])

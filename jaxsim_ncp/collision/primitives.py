@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float
 
-from ..math import make_frame, normalize, quotient, safe_norm
+from ..math import make_frame, normalize, quotient, safe_norm, safe_quotient
 from .base import Collision, GeomFrame
 from .smoothing import blend
 
@@ -29,11 +29,6 @@ PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX = range(7)
 
 
 # ------------------------------------------------------------------------------ helpers
-
-
-def _safe_div(num, den, ok):
-    """num / den where `ok`, 0 elsewhere; the unused branch never divides by zero."""
-    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
 def _normalize_mj(v: Float[Array, "3"]) -> tuple[Float[Array, "3"], Float[Array, ""]]:
@@ -355,7 +350,7 @@ def sphere_cylinder(g1: GeomFrame, g2: GeomFrame, margin, smoothing: float = 0.0
     dc, pc, vc = _plane_sphere(g2.pos + cap_offset, cap_n, g1.pos, r1, margin)
 
     # rim: sphere against the nearest rim point (p_len > 0 here since the cap test failed)
-    rim = g2.pos + p_proj * _safe_div(radius, p_len, p_len > 0) + cap_offset
+    rim = g2.pos + p_proj * safe_quotient(radius, p_len, p_len > 0) + cap_offset
     dr, pr, nr, vr = _sphere_sphere(g1.pos, r1, z1, rim, jnp.zeros_like(r1), axis, margin)
 
     dist = jnp.where(side, ds, jnp.where(cap, dc, dr))
