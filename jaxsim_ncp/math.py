@@ -126,11 +126,12 @@ def safe_quotient(num: Array, den: Array, ok: Array) -> Array:
     return jnp.where(ok, quotient(num, jnp.where(ok, den, 1.0)), 0.0)
 
 
-# The norm and the normalization below are differentiated through 1 / |x|, never 1 / |x|^2 (JAX's
-# rule for a quotient): |x|^2 is subnormal for |x| < 1.1e-19 in float32, which a GPU keeps (XLA's
-# CPU flushes it to 0, so |x| reads 0 there). On a GPU a round-off vector of 1e-20 (the cross
-# product of two parallel box edges in planar motion, in a candidate the computation then discards)
-# had |x|^-2 = inf and turned its zero cotangent into 0 * inf = NaN.
+# A GPU keeps float32 subnormals (XLA's CPU flushes them to 0). For a round-off vector of 1e-20
+# (the cross product of two parallel box edges in planar motion, in a candidate the computation
+# then discards) |x|^2 = 1e-40 is nonzero there, and the textbook derivatives of |x| and x / |x|
+# pass through 1 / |x|^2 (JAX's quotient rule; d sqrt(s) / ds = 1 / (2 |x|) times a cotangent of
+# order 1 / |x|): inf in float32, and 0 * inf = NaN for a discarded candidate's zero cotangent.
+# Both are differentiated through 1 / |x| alone.
 
 
 @jax.custom_jvp
@@ -144,37 +145,23 @@ def _norm_last(x: Float[Array, "... n"]) -> Float[Array, "..."]:
 def _norm_last_jvp(primals, tangents):
     (x,), (dx,) = primals, tangents
     n = _norm_last(x)
-    zero = (n == 0.0)[..., None]
-    unit = jnp.where(zero, 0.0, x / jnp.where(zero, 1.0, n[..., None]))
-    return n, jnp.sum(unit * dx, axis=-1)  # d|x| = x / |x| . dx, 0 at 0
-
-
-@jax.custom_jvp
-def _normalize_last(x: Float[Array, "... n"]) -> Float[Array, "... n"]:
-    n = _norm_last(x)
-    return x / jnp.where(n == 0.0, 1.0, n)[..., None]
-
-
-@_normalize_last.defjvp
-def _normalize_last_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    n = _norm_last(x)[..., None]
     zero = n == 0.0
-    y = x / jnp.where(zero, 1.0, n)
-    dy = (dx - y * jnp.sum(y * dx, axis=-1, keepdims=True)) / jnp.where(zero, 1.0, n)  # (I - y y^T) dx / |x|
-    return y, jnp.where(zero, dx, dy)
+    inverse = jnp.where(zero, 0.0, 1.0 / jnp.where(zero, 1.0, n))  # finite: |x|^2 is at least a subnormal
+    return n, jnp.sum((x * inverse[..., None]) * dx, axis=-1)  # d|x| = x / |x| . dx, 0 at 0
 
 
 @recomputed
 def safe_norm(x: Float[Array, "... n"], axis: int = -1) -> Float[Array, "..."]:
-    """Euclidean norm whose gradient at 0 is 0 instead of NaN, and finite however small |x| is."""
+    """Euclidean norm; its gradient is 0 at 0 instead of NaN, and finite however small |x| is."""
     return _norm_last(jnp.moveaxis(x, axis, -1))
 
 
 @recomputed
 def normalize(x: Float[Array, "... n"], axis: int = -1) -> Float[Array, "... n"]:
-    """x / |x|, returning x unchanged where |x| == 0; the gradient is finite however small |x| is."""
-    return jnp.moveaxis(_normalize_last(jnp.moveaxis(x, axis, -1)), -1, axis)
+    """x / |x|, returning x unchanged where |x| == 0; the gradient is finite however small |x| is
+    (a `quotient` of x and `safe_norm`)."""
+    n = safe_norm(x, axis=axis)
+    return quotient(x, jnp.expand_dims(jnp.where(n == 0.0, 1.0, n), axis))
 
 
 @recomputed
