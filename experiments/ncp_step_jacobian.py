@@ -19,7 +19,6 @@ import argparse
 import dataclasses
 
 import equinox as eqx
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,6 +43,12 @@ def step_jacobians(model: jsn.Model, start: jsn.Data, qpos, qvel, time):
     return jax.jit(jax.vmap(one))(qpos, qvel, time)
 
 
+def _with_kappa_grad(model: jsn.Model, kappa_grad: float | None) -> jsn.Model:
+    if kappa_grad is None:
+        return model
+    return eqx.tree_at(lambda m: m.opt, model, dataclasses.replace(model.opt, kappa_grad=kappa_grad))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     fuzz_recheck.add_group_arguments(parser)
@@ -66,9 +71,8 @@ def main() -> None:
         start64 = jax.tree.map(lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x, start)
         cast = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
         for kappa_grad in args.kappa_grad:
-            relaxed = lambda m: m if kappa_grad is None else eqx.tree_at(lambda m: m.opt, m, dataclasses.replace(m.opt, kappa_grad=kappa_grad))  # noqa: E731
-            j32 = np.asarray(step_jacobians(relaxed(m32), start, qpos, qvel, time), np.float64)
-            j64 = np.asarray(step_jacobians(relaxed(m64), start64, cast(qpos), cast(qvel), cast(time)))
+            j32 = np.asarray(step_jacobians(_with_kappa_grad(m32, kappa_grad), start, qpos, qvel, time), np.float64)
+            j64 = np.asarray(step_jacobians(_with_kappa_grad(m64, kappa_grad), start64, cast(qpos), cast(qvel), cast(time)))
             _report(scene, kappa_grad or m32.opt.kappa_grad, j32, j64, traj, args)
 
 
