@@ -322,6 +322,33 @@ def test_an_infeasible_solve_is_flagged_and_differentiated_with_its_impulses_hel
     np.testing.assert_allclose(d_momentum, [0.0], atol=1e-4)
 
 
+def test_float32_derivative_agrees_with_float64_where_the_centering_stalls():
+    """Three steps of a fuzz scene (seed 7016, group 1663471682, scene 164: a capsule and two spheres
+    on a plane, mu 1.3; saved Problems of float32 steps 434, 479, 298), where the kappa_grad centering
+    that the derivative linearizes at does not converge in either precision: a sliding unit whose
+    dual sits on its cone boundary makes it cycle. Its best iterate was then the hard solution itself,
+    whose blocks float32 cannot resolve: d v+ / d momentum came out 26-180x float64's (norm 300-3000
+    against 13-16), and a 500-step rollout gradient 5.6e14 against 416. The derivative is now taken
+    where every pair is moved onto the central path in closed form: float32 within 10% of float64."""
+    from jaxsim_ncp.solver import ncp
+
+    saved = np.load(pathlib.Path(__file__).parent / "data" / "ncp_centering_stall.npz")
+
+    def jacobians(dtype):
+        p = ncp.Problem(**{k: jnp.asarray(saved[k], dtype) for k in ncp.Problem._fields if k in saved})
+        kappa = tolerance = max(1e-8, 100 * float(jnp.finfo(dtype).eps))  # forward's float32 floor
+
+        def next_velocity(p, momentum):
+            return ncp.solve(p._replace(momentum=momentum), kappa, 1e-4, tolerance, 30).qvel
+
+        return np.asarray(jax.jit(jax.vmap(jax.jacrev(next_velocity, argnums=1)))(p, p.momentum), np.float64)
+
+    j32, j64 = jacobians(jnp.float32), jacobians(jnp.float64)
+    norm = functools.partial(np.linalg.norm, ord=2, axis=(1, 2))
+    assert np.all(np.isfinite(j32)) and np.all(norm(j64) < 20), norm(j64)
+    np.testing.assert_array_less(norm(j32 - j64) / norm(j64), 0.1)
+
+
 def test_the_predictor_aims_at_kappa_so_the_iteration_has_no_spurious_fixed_point():
     """A humanoid foot's step at dt = 0.01 (saved Problem, float32 run of experiments/ncp_convergence.py:
     8 contacts, two carrying the load while sliding slowly), solved in float64 at the float32 run's
