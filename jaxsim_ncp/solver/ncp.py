@@ -55,11 +55,10 @@ were tried and left out (fewer iterations on average, but more unconverged human
 Gradients (`implicit.implicit_solver`): after the forward solve at `kappa`, a few pure
 Newton steps move to the central point of the `kappa_grad`-relaxed system, and that
 point is differentiated with the implicit function theorem, reusing the same block
-reduction for the transposed solve (where those steps do not converge, at the hard solution with
-its pairs moved onto the central path in closed form instead: `solve`'s `relax`). The forward
-result stays the hard solution. A solve
-that ends unconverged far from any solution (`NEAR_SOLUTION`) is differentiated with
-its impulses held constant instead (`_impulses_held`).
+reduction for the transposed solve; where those steps do not converge, the hard solution with its
+pairs moved onto the central path in closed form is differentiated instead (`solve`'s `relax`).
+The forward result stays the hard solution. A solve that ends unconverged far from any solution
+(`NEAR_SOLUTION`) is differentiated with its impulses held constant instead (`_impulses_held`).
 """
 
 from __future__ import annotations
