@@ -11,6 +11,9 @@ this lists them with their solver status:
 For each step t: the forward solve's convergence and scaled residual (float32), |J32|, |J64| (spectral
 norms) and |J32 - J64| / |J64|. Steps where the relative error exceeds `--bad` are printed;
 the summary counts them by convergence.
+
+`--save-problems FILE --at 434 479 298` writes the NCP Problems those float32 steps differentiate (the
+last solve of each step), stacked, as `tests/data/ncp_centering_stall.npz` holds them.
 """
 
 from __future__ import annotations
@@ -43,6 +46,31 @@ def step_jacobians(model: jsn.Model, start: jsn.Data, qpos, qvel, time):
     return jax.jit(jax.vmap(one))(qpos, qvel, time)
 
 
+def save_problems(model: jsn.Model, start: jsn.Data, qpos, qvel, time, steps: list[int], path: str) -> None:
+    """The Problem of the last centering (`ncp.solve`'s relax: the derivative's) of each step in `steps`."""
+    from jaxsim_ncp.solver import ncp
+
+    captured, iterate = [], ncp._iterate
+
+    def recording(step_fn, x, p, *args, **kwargs):
+        if step_fn is ncp._centering_step:  # the relaxation: p is the differentiated problem
+            jax.debug.callback(lambda p: captured.append(jax.tree.map(np.asarray, p)), p)
+        return iterate(step_fn, x, p, *args, **kwargs)
+
+    ncp._iterate = recording
+    try:
+        problems = []
+        for t in steps:
+            captured.clear()
+            jax.block_until_ready(step_jacobians(model, start, qpos[t : t + 1], qvel[t : t + 1], time[t : t + 1]))
+            problems.append(captured[-1])
+    finally:
+        ncp._iterate = iterate
+    fields = {k: np.stack([getattr(p, k) for p in problems]) for k in ncp.Problem._fields if getattr(problems[0], k) is not None}
+    np.savez_compressed(path, **fields, step=np.asarray(steps))
+    print(f"saved the Problems of steps {steps} to {path}")
+
+
 def _with_kappa_grad(model: jsn.Model, kappa_grad: float | None) -> jsn.Model:
     if kappa_grad is None:
         return model
@@ -57,6 +85,8 @@ def main() -> None:
     parser.add_argument("--kappa-grad", type=float, nargs="+", default=[None],
                         help="the derivative's relaxation(s) to compare (default: the model's); the trajectory keeps the model's")
     parser.add_argument("--quiet", action="store_true", help="the summary line only")
+    parser.add_argument("--save-problems", default=None, help="write the differentiated NCP Problems of the --at steps here")
+    parser.add_argument("--at", type=int, nargs="+", default=[], help="steps for --save-problems")
     args = parser.parse_args()
     jax.config.update("jax_enable_x64", True)
     g32 = fuzz_recheck.chosen_group(args, jnp.float32)
@@ -68,6 +98,9 @@ def main() -> None:
         qpos = jnp.concatenate([start.qpos[None], traj.qpos[:-1]])
         qvel = jnp.concatenate([start.qvel[None], traj.qvel[:-1]])
         time = jnp.concatenate([start.time[None], traj.time[:-1]])
+        if args.save_problems:
+            save_problems(m32, start, qpos, qvel, time, args.at, args.save_problems)
+            continue
         start64 = jax.tree.map(lambda x: x.astype(jnp.float64) if jnp.issubdtype(x.dtype, jnp.floating) else x, start)
         cast = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
         for kappa_grad in args.kappa_grad:

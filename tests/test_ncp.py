@@ -324,7 +324,8 @@ def test_an_infeasible_solve_is_flagged_and_differentiated_with_its_impulses_hel
 
 def test_float32_derivative_agrees_with_float64_where_the_centering_stalls():
     """Three steps of a fuzz scene (seed 7016, group 1663471682, scene 164: a capsule and two spheres
-    on a plane, mu 1.3; saved Problems of float32 steps 434, 479, 298), where the kappa_grad centering
+    on a plane, mu 1.3; the Problems float32 steps 434, 479, 298 differentiate, saved by
+    `experiments/ncp_step_jacobian.py --save-problems`), where the kappa_grad centering
     that the derivative linearizes at does not converge in either precision: a sliding unit whose
     dual sits on its cone boundary makes it cycle. Its best iterate was then the hard solution itself,
     whose blocks float32 cannot resolve: d v+ / d momentum came out 26-180x float64's (norm 300-3000
