@@ -1,0 +1,161 @@
+"""Are the fuzz's gradients right, not only finite? Random scenes against central differences (float64).
+
+`fuzz.py` counts non-finite gradients; this checks their values. For each random scene of a
+structure (`fuzz.random_structure`, `fuzz.make_group`: 1-4 free primitives over a plane, deep
+overlaps, coincident bodies, edges and corners, zero frictions) it takes the rollout loss of
+`fuzz.rollout_gradient` (final |qpos[:3]|^2 + |qvel|^2 over `--steps` steps) and compares the
+gradient's directional derivative g . u along a random unit direction u (initial velocity and the
+geoms' sliding frictions together) with central differences of the same rollout at two step
+sizes, eps = 1e-4 and 1e-6 (float64):
+
+  * *smooth*: the two differences agree (relative 1e-4): the loss is differentiable there at the
+    scale of eps (no contact appearing or vanishing, no stick-slip switch inside the interval);
+  * *agree*: smooth, and g . u is within `--rtol` of the eps = 1e-6 difference;
+  * *wrong*: smooth, and it is not. Printed with its group's number G in the run and its index K,
+    so `fuzz_fd.py --seed SEED --replay G --only K` checks it again and prints it.
+
+Where a solver stops at its iteration limit the implicit gradient is taken at a point that is not
+the solution; such scenes are counted apart (`unconverged`). Contacts from distance are left out
+(their gradient differs from the forward's on purpose, `cfd.py`). The NCP's gradient is that of its
+relaxed problem at `kappa_grad`, not of the hard forward pass: with `--ncp-fraction` > 0 its
+scenes are compared the same way and reported in their own rows (a bias of the relaxation, not a
+defect, shows as *wrong* there).
+
+    .venv/bin/python experiments/fuzz_fd.py --scenes 256 --group 32 --steps 5
+    .venv/bin/python experiments/fuzz_fd.py --seed 3 --replay 2 --only 7   # group 2's scene 7 again
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import time
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import equinox as eqx  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import fuzz  # noqa: E402
+import jaxsim_ncp as jsn  # noqa: E402
+
+EPS = (1e-4, 1e-6)
+SMOOTH_RTOL = 1e-4
+
+
+def _loss(model: jsn.Model, qpos, qvel, friction, steps: int):
+    """The fuzz's rollout loss at initial velocity qvel and geom frictions, and the count of steps
+    whose solver did not converge."""
+    m = eqx.tree_at(lambda m: m.geom_friction, model, friction)
+    data = jsn.make_data(m).replace(qpos=qpos, qvel=qvel)
+    final, traj = jsn.rollout(m, data, jnp.zeros((steps, m.nu), m.dtype))
+    return fuzz.loss_of_final(final), jnp.sum(~traj.solver_converged)
+
+
+@jax.jit
+def _directional(model: jsn.Model, qpos, qvel, u_v, u_f, steps_like):
+    """(g . u, loss(x + eps u) - loss(x - eps u) / 2 eps for each eps, unconverged steps) of one scene."""
+    steps = steps_like.shape[0]
+    friction = model.geom_friction
+    (_, unconverged), (g_v, g_f) = jax.value_and_grad(_loss, argnums=(2, 3), has_aux=True)(model, qpos, qvel, friction, steps)
+    along = jnp.sum(g_v * u_v) + jnp.sum(g_f * u_f)
+    signs = jnp.array([1.0, -1.0])
+    eps = jnp.asarray(EPS)
+    shifts = (signs[None, :] * eps[:, None]).reshape(-1)
+    values = jax.vmap(lambda e: _loss(model, qpos, qvel + e * u_v, friction + e * u_f, steps)[0])(shifts).reshape(len(EPS), 2)
+    return along, (values[:, 0] - values[:, 1]) / (2 * eps), unconverged
+
+
+_batched = jax.jit(jax.vmap(_directional, in_axes=(0, 0, 0, 0, 0, None)))
+
+
+def _directions(group: fuzz.Group, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A random unit direction per scene (by its index in the group) over (qvel, the sliding
+    frictions of every geom)."""
+    nv = group.qvel.shape[1]
+    ngeom = np.shape(group.model.geom_friction)[1]
+    u = np.stack([np.random.default_rng([group.seed, 2, int(k)]).normal(size=nv + ngeom) for k in index])
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    u_f = np.zeros((len(index), ngeom, 3))
+    u_f[:, :, 0] = u[:, nv:]
+    return u[:, :nv], u_f
+
+
+def check_group(group: fuzz.Group, steps: int, rtol: float, index: np.ndarray) -> dict[str, np.ndarray]:
+    """Per scene: g . u, the two differences, smooth, agree, relative error, unconverged steps."""
+    u_v, u_f = _directions(group, index)
+    along, fd, unconverged = jax.tree.map(np.asarray, _batched(
+        group.model, jnp.asarray(group.qpos), jnp.asarray(group.qvel), jnp.asarray(u_v), jnp.asarray(u_f), jnp.zeros(steps)))
+    scale = np.abs(fd[:, 1]) + 1e-9
+    smooth = np.abs(fd[:, 0] - fd[:, 1]) <= SMOOTH_RTOL * scale
+    rel = np.abs(along - fd[:, 1]) / scale
+    return dict(along=along, fd=fd, smooth=smooth, rel=rel, agree=smooth & (rel <= rtol), unconverged=unconverged)
+
+
+def _label(structure: fuzz.Structure) -> str:
+    return f"{structure.solver}/{structure.integrator}/{structure.grad_mode}"
+
+
+def report(group: fuzz.Group, number: int, index: np.ndarray, out: dict[str, np.ndarray], counts: dict,
+           show_all: bool = False) -> None:
+    """Add one group's counts under its solver/integrator/grad-mode label; print its wrong scenes
+    (every scene with show_all)."""
+    c = counts.setdefault(_label(group.structure), collections.Counter())
+    converged = out["unconverged"] == 0
+    wrong = converged & out["smooth"] & ~out["agree"]
+    c.update(scenes=len(converged), unconverged=int((~converged).sum()), smooth=int((converged & out["smooth"]).sum()),
+             agree=int((converged & out["agree"]).sum()), wrong=int(wrong.sum()))
+    c.setdefault("rel", []).extend(out["rel"][converged & out["smooth"]].tolist())
+    for i in np.arange(len(converged)) if show_all else np.flatnonzero(wrong):
+        print(f"  {'WRONG' if wrong[i] else 'scene'} group {number} scene {index[i]} {group.structure}: "
+              f"g.u {out['along'][i]:.9g} fd(1e-4) {out['fd'][i, 0]:.9g} fd(1e-6) {out['fd'][i, 1]:.9g} "
+              f"rel {out['rel'][i]:.2e} smooth {out['smooth'][i]} unconverged steps {out['unconverged'][i]}", flush=True)
+
+
+def summary(counts: dict) -> None:
+    print(f"{'solver/integrator/grad':34s} {'scenes':>6s} {'unconv':>6s} {'smooth':>6s} {'agree':>6s} {'wrong':>6s}"
+          f" {'median rel':>10s} {'max rel':>9s}")
+    for label, c in sorted(counts.items()):
+        rel = np.asarray(c.get("rel", [])) if c.get("rel") else np.zeros(1)
+        print(f"{label:34s} {c['scenes']:6d} {c['unconverged']:6d} {c['smooth']:6d} {c['agree']:6d} {c['wrong']:6d}"
+              f" {np.median(rel):10.2e} {np.max(rel):9.2e}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scenes", type=int, default=128)
+    parser.add_argument("--group", type=int, default=32, help="scenes per structure (one compile each)")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--rtol", type=float, default=1e-3, help="g . u against the eps = 1e-6 difference")
+    parser.add_argument("--replay", type=int, default=None, help="check only this group of the run (its number G)")
+    parser.add_argument("--only", type=int, nargs="*", default=None, help="with --replay: its scenes to check and print")
+    fuzz.add_structure_arguments(parser)
+    parser.set_defaults(ncp_fraction=0.0, cfd_fraction=0.0, planar_fraction=0.0)
+    args = parser.parse_args()
+    rng = np.random.default_rng(args.seed)
+    counts: dict = {}
+    start, done, number = time.time(), 0, 0
+    while done < args.scenes:
+        # the solvers get room to converge: an implicit gradient is only right at the solution
+        structure = dataclasses.replace(fuzz.run_structure(rng, args), cfd_width=0.0)
+        structure = dataclasses.replace(structure, iterations=max(structure.iterations, 50), ls_iterations=50)
+        n, seed = min(args.group, args.scenes - done), int(rng.integers(2**31))
+        if args.replay is None or args.replay == number:
+            group = fuzz.make_group(structure, n, seed=seed, planar=args.planar_fraction)
+            index = np.arange(n) if args.only is None else np.asarray(args.only)
+            group = dataclasses.replace(group, model=jax.tree.map(lambda x: x[index], group.model),
+                                        qpos=group.qpos[index], qvel=group.qvel[index])
+            print(f"group {number}: {structure}: {len(index)} scenes", flush=True)
+            report(group, number, index, check_group(group, args.steps, args.rtol, index), counts,
+                   show_all=args.only is not None)
+            print(f"{done + n}/{args.scenes} scenes, {time.time() - start:.0f} s", flush=True)
+        done, number = done + n, number + 1
+    summary(counts)
+
+
+if __name__ == "__main__":
+    main()
