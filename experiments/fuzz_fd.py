@@ -14,12 +14,14 @@ sizes, eps = 1e-4 and 1e-6 (float64):
   * *wrong*: smooth, and it is not. Printed with its group's number G in the run and its index K,
     so `fuzz_fd.py --seed SEED --replay G --only K` checks it again and prints it.
 
-The convex pairs (ellipsoids; `convex.py`) are valued by our own GJK/EPA and polish here, converged
-to round-off as in float32: a float64 model replays MuJoCo's GJK/EPA for the value, within
-ccd_tolerance (1e-6) of the exact contact, and differentiates the exact contact, so central
-differences of that value are off by up to a few percent (an ellipsoid on a cylinder, 1 step:
-g . u 2.6971 both ways, differences 2.7420 with MuJoCo's value, 2.6971 with ours); `--mujoco-ccd`
-shows it.
+The general convex pairs (ellipsoids, and the cylinder pairs MuJoCo 4 sends to multiccd; `convex.py`)
+are valued by our own GJK/EPA and polish here, converged to round-off as in float32. A float64 model
+replays MuJoCo's GJK/EPA for the value and differentiates the exact contact: where MuJoCo's EPA
+stops short of the exact contact (deep interpenetration), central differences of its value are not
+the exact derivative (an ellipsoid on a cylinder after 1 step: g . u 2.6971 against differences of
+2.7420 with MuJoCo's value, 2.6968 against 2.6968 with ours; deep capsule-cylinder pairs after 3
+steps: up to 86% apart).
+`--mujoco-ccd` shows it (`experiments/results/fuzz_fd.md`).
 
 A state exactly on a contact switch (the fuzz places bodies exactly touching the floor: dist 0 to
 round-off) has no derivative, and there the gradient program and the forward program can take
@@ -73,12 +75,13 @@ def _loss(model: jsn.Model, qpos, qvel, friction, steps: int):
     return fuzz.loss_of_final(final), jnp.sum(~traj.solver_converged)
 
 
-@jax.jit
 def _directional(model: jsn.Model, qpos, qvel, u_v, u_f, steps_like):
-    """(g . u, loss(x + eps u) - loss(x - eps u) / 2 eps for each eps, unconverged steps) of one scene."""
+    """One scene: (g . u, (loss(x + eps u) - loss(x - eps u)) / 2 eps for each eps, unconverged steps,
+    relative gap between the gradient program's loss and the forward program's)."""
     steps = steps_like.shape[0]
     friction = model.geom_friction
-    (value, unconverged), (g_v, g_f) = jax.value_and_grad(_loss, argnums=(2, 3), has_aux=True)(model, qpos, qvel, friction, steps)
+    loss_and_grad = jax.value_and_grad(_loss, argnums=(2, 3), has_aux=True)
+    (value, unconverged), (g_v, g_f) = loss_and_grad(model, qpos, qvel, friction, steps)
     along = jnp.sum(g_v * u_v) + jnp.sum(g_f * u_f)
     signs = jnp.array([1.0, -1.0])
     eps = jnp.asarray(EPS)
@@ -105,7 +108,8 @@ def _directions(group: fuzz.Group, index: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def check_group(group: fuzz.Group, steps: int, rtol: float, index: np.ndarray) -> dict[str, np.ndarray]:
-    """Per scene: g . u, the two differences, smooth, agree, relative error, unconverged steps."""
+    """Per scene: g . u, the two differences, smooth, agree, relative error, unconverged steps, and
+    consistent (the two programs' losses agree, `PRIMAL_RTOL`)."""
     u_v, u_f = _directions(group, index)
     along, fd, unconverged, primal_gap = jax.tree.map(np.asarray, _batched(
         group.model, jnp.asarray(group.qpos), jnp.asarray(group.qvel), jnp.asarray(u_v), jnp.asarray(u_f), jnp.zeros(steps)))
@@ -127,12 +131,12 @@ def report(group: fuzz.Group, number: int, index: np.ndarray, out: dict[str, np.
     c = counts.setdefault(_label(group.structure), collections.Counter())
     converged = out["unconverged"] == 0
     boundary = converged & ~out["consistent"]
-    converged = converged & out["consistent"]
-    wrong = converged & out["smooth"] & ~out["agree"]
-    c.update(scenes=len(converged), unconverged=int((out["unconverged"] != 0).sum()), boundary=int(boundary.sum()), smooth=int((converged & out["smooth"]).sum()),
-             agree=int((converged & out["agree"]).sum()), wrong=int(wrong.sum()),
+    compared = converged & out["consistent"] & out["smooth"]
+    wrong = compared & ~out["agree"]
+    c.update(scenes=len(converged), unconverged=int((~converged).sum()), boundary=int(boundary.sum()),
+             smooth=int(compared.sum()), agree=int((compared & out["agree"]).sum()), wrong=int(wrong.sum()),
              apart=int(group.apart.sum()), wrong_apart=int((wrong & group.apart).sum()))
-    c.setdefault("rel", []).extend(out["rel"][converged & out["smooth"]].tolist())
+    c.setdefault("rel", []).extend(out["rel"][compared].tolist())
     for i in np.arange(len(converged)) if show_all else np.flatnonzero(wrong):
         print(f"  {'WRONG' if wrong[i] else 'scene'} group {number} scene {index[i]} {group.structure}"
               f"{' (starts apart)' if group.apart[i] else ''}: "
@@ -142,13 +146,15 @@ def report(group: fuzz.Group, number: int, index: np.ndarray, out: dict[str, np.
 
 
 def summary(counts: dict) -> None:
-    print(f"{'solver/integrator/grad':34s} {'scenes':>6s} {'unconv':>6s} {'bound.':>6s} {'smooth':>6s} {'agree':>6s} {'wrong':>6s}"
-          f" {'apart':>6s} {'wrong':>6s} {'median rel':>10s} {'max rel':>9s}")
+    """A row per solver/integrator/grad mode; `smooth` counts the compared scenes (converged, consistent,
+    smooth), `apart` and `w.apart` the scenes that start apart and the wrong ones among them."""
+    names = ("scenes", "unconverged", "boundary", "smooth", "agree", "wrong", "apart", "wrong_apart")
+    print(f"{'solver/integrator/grad':34s} {'scenes':>6s} {'unconv':>6s} {'bound.':>6s} {'smooth':>6s} {'agree':>6s}"
+          f" {'wrong':>6s} {'apart':>6s} {'w.apart':>7s} {'median rel':>10s} {'max rel':>9s}")
     for label, c in sorted(counts.items()):
-        rel = np.asarray(c.get("rel", [])) if c.get("rel") else np.zeros(1)
-        print(f"{label:34s} {c['scenes']:6d} {c['unconverged']:6d} {c['boundary']:6d} {c['smooth']:6d} {c['agree']:6d} {c['wrong']:6d}"
-              f" {c['apart']:6d} {c['wrong_apart']:6d}"
-              f" {np.median(rel):10.2e} {np.max(rel):9.2e}", flush=True)
+        rel = np.asarray(c["rel"] or [0.0])
+        print(f"{label:34s}" + "".join(f" {c[k]:{7 if k == 'wrong_apart' else 6}d}" for k in names)
+              + f" {np.median(rel):10.2e} {np.max(rel):9.2e}", flush=True)
 
 
 def _use_own_ccd() -> None:
