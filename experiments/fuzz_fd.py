@@ -75,10 +75,9 @@ def _loss(model: jsn.Model, qpos, qvel, friction, steps: int):
     return fuzz.loss_of_final(final), jnp.sum(~traj.solver_converged)
 
 
-def _directional(model: jsn.Model, qpos, qvel, u_v, u_f, steps_like):
+def _directional(model: jsn.Model, qpos, qvel, u_v, u_f, steps: int):
     """One scene: (g . u, (loss(x + eps u) - loss(x - eps u)) / 2 eps for each eps, unconverged steps,
     relative gap between the gradient program's loss and the forward program's)."""
-    steps = steps_like.shape[0]
     friction = model.geom_friction
     loss_and_grad = jax.value_and_grad(_loss, argnums=(2, 3), has_aux=True)
     (value, unconverged), (g_v, g_f) = loss_and_grad(model, qpos, qvel, friction, steps)
@@ -92,7 +91,7 @@ def _directional(model: jsn.Model, qpos, qvel, u_v, u_f, steps_like):
     return along, (pairs[:, 0] - pairs[:, 1]) / (2 * eps), unconverged, primal_gap
 
 
-_batched = jax.jit(jax.vmap(_directional, in_axes=(0, 0, 0, 0, 0, None)))
+_batched = jax.jit(jax.vmap(_directional, in_axes=(0, 0, 0, 0, 0, None)), static_argnums=5)
 
 
 def _directions(group: fuzz.Group, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +111,7 @@ def check_group(group: fuzz.Group, steps: int, rtol: float, index: np.ndarray) -
     consistent (the two programs' losses agree, `PRIMAL_RTOL`)."""
     u_v, u_f = _directions(group, index)
     along, fd, unconverged, primal_gap = jax.tree.map(np.asarray, _batched(
-        group.model, jnp.asarray(group.qpos), jnp.asarray(group.qvel), jnp.asarray(u_v), jnp.asarray(u_f), jnp.zeros(steps)))
+        group.model, jnp.asarray(group.qpos), jnp.asarray(group.qvel), jnp.asarray(u_v), jnp.asarray(u_f), steps))
     scale = np.abs(fd[:, 1]) + 1e-9
     smooth = np.abs(fd[:, 0] - fd[:, 1]) <= SMOOTH_RTOL * scale
     rel = np.abs(along - fd[:, 1]) / scale
@@ -180,8 +179,6 @@ def main() -> None:
                         help="only scenes that start apart (no penetrating contact, no coincident bodies): each group is "
                              "drawn 4x larger and its overlapping scenes dropped")
     parser.add_argument("--kinds", nargs="*", default=None, help="geom types to draw from (default: fuzz.TYPES)")
-    parser.add_argument("--ccd-tolerance", type=float, default=None,
-                        help="the convex pairs' GJK/EPA stop (MuJoCo's 1e-6 by default; with it, 200 iterations)")
     parser.add_argument("--mujoco-ccd", action="store_true",
                         help="convex pairs' values from MuJoCo's GJK/EPA (as float64 models run them), within "
                              "ccd_tolerance of the exact contact: their differences are then not the exact derivative's")
@@ -205,12 +202,8 @@ def main() -> None:
             group = fuzz.make_group(structure, 4 * n if args.all_apart else n, seed=seed, planar=args.planar_fraction)
             index = np.flatnonzero(group.apart)[:n] if args.all_apart else np.arange(n)
             index = index if args.only is None else np.asarray(args.only)
-            model = jax.tree.map(lambda x: x[index], group.model)
-            if args.ccd_tolerance is not None:
-                opt = dataclasses.replace(model.opt, ccd_tolerance=args.ccd_tolerance, ccd_iterations=200)
-                model = eqx.tree_at(lambda m: m.opt, model, opt)
-            group = dataclasses.replace(group, model=model, qpos=group.qpos[index], qvel=group.qvel[index],
-                                        apart=group.apart[index])
+            group = dataclasses.replace(group, model=jax.tree.map(lambda x: x[index], group.model),
+                                        qpos=group.qpos[index], qvel=group.qvel[index], apart=group.apart[index])
             print(f"group {number}: {structure}: {len(index)} scenes", flush=True)
             report(group, number, index, check_group(group, args.steps, args.rtol, index), counts,
                    show_all=args.only is not None)
