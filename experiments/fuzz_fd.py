@@ -182,6 +182,9 @@ def main() -> None:
     parser.add_argument("--mujoco-ccd", action="store_true",
                         help="convex pairs' values from MuJoCo's GJK/EPA (as float64 models run them), within "
                              "ccd_tolerance of the exact contact: their differences are then not the exact derivative's")
+    parser.add_argument("--tolerance", type=float, default=1e-12,
+                        help="the solver's tolerance (MuJoCo's default 1e-8 stops where differences of the truncated "
+                             "solve can be a few percent from the solution's derivative)")
     parser.add_argument("--replay", type=int, default=None, help="check only this group of the run (its number G)")
     parser.add_argument("--only", type=int, nargs="*", default=None, help="with --replay: its scenes to check and print")
     fuzz.add_structure_arguments(parser)
@@ -202,7 +205,8 @@ def main() -> None:
             group = fuzz.make_group(structure, 4 * n if args.all_apart else n, seed=seed, planar=args.planar_fraction)
             index = np.flatnonzero(group.apart)[:n] if args.all_apart else np.arange(n)
             index = index if args.only is None else np.asarray(args.only)
-            group = dataclasses.replace(group, model=jax.tree.map(lambda x: x[index], group.model),
+            model = eqx.tree_at(lambda m: m.opt, group.model, dataclasses.replace(group.model.opt, tolerance=args.tolerance))
+            group = dataclasses.replace(group, model=jax.tree.map(lambda x: x[index], model),
                                         qpos=group.qpos[index], qvel=group.qvel[index], apart=group.apart[index])
             print(f"group {number}: {structure}: {len(index)} scenes", flush=True)
             report(group, number, index, check_group(group, args.steps, args.rtol, index), counts,

@@ -392,15 +392,21 @@ def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], d: Float[
     if kind == CAPSULE:
         sigma = jnp.array([0.0, 0.0, local[2] / s[1]])
         return sigma, jnp.array([False, False, jnp.abs(sigma[2]) < inside]), none
+    # On the surface at least one coordinate is at its bound: an EPA witness (a convex combination of
+    # support points) sits inside by its tolerance, and the feature nearest it is the surface's
+    # there, never a kink: an ellipsoid's witness on a cylinder's side, 3e-6 inside the circle,
+    # read as on the cap, sent the polish to the cap's normal and a stationary point far below the start
     if kind == CYLINDER:
         radial = jnp.array([local[0], local[1]]) / s[0]
-        cap = safe_norm(radial) < inside
-        side = jnp.abs(local[2] / s[1]) < inside
-        side = side & ~cap  # on the surface one of them is at its bound
-        return jnp.array([radial[0], radial[1], local[2] / s[1]]), jnp.array([cap, cap, side]), none
+        z = local[2] / s[1]
+        off_side, off_cap = s[0] * (1.0 - safe_norm(radial)), s[1] * (1.0 - jnp.abs(z))
+        cap = (safe_norm(radial) < inside) & (off_cap < off_side)
+        side = (jnp.abs(z) < inside) & ~cap
+        return jnp.array([radial[0], radial[1], z]), jnp.array([cap, cap, side]), none
     if kind == BOX:
         sigma = local / s
-        return sigma, jnp.abs(sigma) < inside, none
+        nearest_face = jnp.arange(3) == jnp.argmin(s * (1.0 - jnp.abs(sigma)))
+        return sigma, (jnp.abs(sigma) < inside) & ~nearest_face, none
     return jnp.zeros(3, witness.dtype), jnp.zeros(3, bool), none
 
 
@@ -453,9 +459,23 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
 
     Unknowns x = (u, v, sigma_1, sigma_2) with n = normalize(n0 + u t1 + v t2). The last
     step is taken on the differentiable inputs (see the module docstring).
+
+    The settling steps are safeguarded to ascend s(n) of (1), which the exact supports give
+    whatever the kinks: the longest of the Newton step's fractions 1, 1/2, 1/4, 1/8 that does
+    not lower s, else the best of four gradient-ascent steps on (u, v) that raises it, else
+    none. Newton alone finds the stationary point nearest the start, and from EPA's start
+    deep inside a flat landscape (an ellipsoid inside a cylinder: local maxima of s within
+    1e-3 of each other) that was at times a saddle below the start, whose contact
+    `polished` then had to replace by the start with a frozen normal (the frame's
+    derivative 0 against finite differences of 939; fuzz seed 12).
     """
     g1s, g2s, scale = jax.lax.stop_gradient((g1, g2, scale))
     r1, r2 = _radius(k1, g1s.size), _radius(k2, g2s.size)
+    support = _pair_support(k1, g1s, k2, g2s, core=False)
+    # s is read to round-off of the support points, whose size is that of the positions
+    s_slack = 100 * float(jnp.finfo(n0.dtype).eps) * (scale + jnp.max(jnp.abs(g1s.pos)) + jnp.max(jnp.abs(g2s.pos)))
+    newton_fractions = jnp.asarray([1.0, 0.5, 0.25, 0.125], n0.dtype)
+    ascent_lengths = jnp.asarray([4.0, 1.0, 0.25, 0.0625], n0.dtype) / scale  # angle per unit of |grad s|
 
     def setup(n0, a0, b0):
         """The pass's tangent frame at n0, the kinks the witnesses a0, b0 sit in, and the start x."""
@@ -500,6 +520,26 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         dx = linalg.solve(jac.T @ jac + mu * jnp.eye(8, dtype=x.dtype), jac.T @ r)
         return x - dx
 
+    def separation(ctx, x):
+        """s(n) of (1) at x's direction, and its gradient in (u, v) up to a positive factor."""
+        n = direction(ctx, x)
+        _, a, b = support(n)
+        gap = b - a
+        tangential = gap - n * jnp.dot(n, gap)
+        return jnp.dot(n, gap), jnp.stack([jnp.dot(ctx[1], tangential), jnp.dot(ctx[2], tangential)])
+
+    def safe_step(ctx, x):
+        """One settling step that never lowers s (see the docstring)."""
+        s0, ascent = separation(ctx, x)
+        newton = x + newton_fractions[:, None] * (step(ctx, x) - x)
+        gradient = jnp.broadcast_to(x, (4, 8)).at[:, :2].add(ascent_lengths[:, None] * ascent)
+        s_newton = jax.vmap(lambda y: separation(ctx, y)[0])(newton)
+        s_gradient = jax.vmap(lambda y: separation(ctx, y)[0])(gradient)
+        newton_ok = s_newton >= s0 - s_slack
+        best = jnp.argmax(s_gradient)
+        fallback = jnp.where(s_gradient[best] > s0, gradient[best], x)
+        return jnp.where(jnp.any(newton_ok), newton[jnp.argmax(newton_ok)], fallback)
+
     def settle(p, carry):
         """Pass p (0, 1) on stop-gradient inputs: NEWTON_ITERATIONS - p steps from its start.
         Pass 0 settles the witnesses; pass 1 re-reads which kinks they sit in (EPA's witness can
@@ -507,13 +547,18 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         one below. One loop over both passes: their steps are traced (and compiled) once."""
         start, _ = carry
         ctx, x = setup(*start)
-        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - p, lambda _, x: step(ctx, x), x)
+        x = jax.lax.fori_loop(0, NEWTON_ITERATIONS - p, lambda _, x: safe_step(ctx, x), x)
         return tree_where(p == 0, contact(ctx, x, g1s, g2s), start), x
 
     n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
     start, x = jax.lax.fori_loop(0, 2, settle, ((n0, a0, b0), jnp.zeros(8, n0.dtype)))
     ctx, _ = setup(*start)
-    return contact(ctx, step(ctx, x, (g1, g2)), g1, g2)
+    # the differentiable step, as far along as it does not lower s (all of it at a solution)
+    dx = step(ctx, x, (g1, g2)) - x
+    s_newton = jax.vmap(lambda y: separation(ctx, y)[0])(x + newton_fractions[:, None] * jax.lax.stop_gradient(dx))
+    ok = s_newton >= separation(ctx, x)[0] - s_slack
+    fraction = jnp.where(jnp.any(ok), newton_fractions[jnp.argmax(ok)], 0.0)
+    return contact(ctx, x + fraction * dx, g1, g2)
 
 
 # ------------------------------------------------------------------------- driver
