@@ -278,7 +278,15 @@ def gradient_configs(pair):
               **{pair: [0] for pair in convex.FUNCTIONS}, (CAPSULE, CYLINDER): [1], (CYLINDER, CYLINDER): [2, 3], (CYLINDER, BOX): [2, 3], (ELLIPSOID, CYLINDER): [0, 1]}
     degenerate = [(cfg, i in smooth.get(pair, []), False) for i, cfg in enumerate(degenerate_poses(pair))]
     far = (np.zeros(3), IDQ, np.array([0.0, 0.0, 3.0]), IDQ)
-    return generic + degenerate + [(far, True, False)]
+    return generic + DEEP.get(pair, []) + degenerate + [(far, True, False)]
+
+
+# Deep overlaps where the polish from EPA's start used to settle on a saddle of s(n) below the
+# start (`convex._polish`): an ellipsoid's witness on the cylinder's side, 3e-6 inside the
+# circle, was read as on the cap; the fallback kept the start's normal, whose frame then had
+# derivative 0 (against differences of up to 36). Found by sampling 1000 random poses (43 such).
+DEEP = {(ELLIPSOID, CYLINDER): [((np.array([0.003147, -0.01607, 0.010848]), np.array([-0.065325, 0.806029, -0.421789, 0.410054]),
+                                  np.zeros(3), np.array([0.24479, -0.278299, 0.740132, -0.561099])), True, True)]}
 
 
 def frames_of(pair, cfg):
@@ -314,7 +322,7 @@ def test_gradients(pair):
     assert np.all(np.isfinite(grad)) and np.all(np.isfinite(value))
     stride = 1 + 2 * 30
     valid = col.valid
-    assert sum(touching for *_, touching in configs) == 3
+    assert sum(touching for *_, touching in configs) == 3 + len(DEEP.get(pair, []))
     for c, (_, is_smooth, touching) in enumerate(configs):
         base = c * stride
         assert valid[base].any() or not touching, f"config {c} not in contact"
