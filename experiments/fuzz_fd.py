@@ -33,8 +33,13 @@ loss differs from the forward program's at the same inputs by more than 1e-8 rel
 as `boundary`, not compared.
 
 Where a solver stops at its iteration limit the implicit gradient is taken at a point that is not
-the solution; such scenes are counted apart (`unconverged`). Contacts from distance are left out
-(their gradient differs from the forward's on purpose, `cfd.py`). The NCP's gradient is that of its
+the solution; such scenes are counted apart (`unconverged`). A converged solve stops within
+the solver's `tolerance` of the solution, and differences of the truncated solve (which depends on
+the warm start, given no derivative) can be a percent from the solution's derivative at MuJoCo's
+default 1e-8: `--tolerance` (default 1e-12) sets it. The adaptive integrator's step sizes are chosen
+under stop_gradient (Diffrax's controller): its gradient is the solver steps', which tends to the
+ODE's as rtol -> 0, while differences also see the step sizes move (percents at rtol 1e-5).
+Contacts from distance are left out (their gradient differs from the forward's on purpose, `cfd.py`). The NCP's gradient is that of its
 relaxed problem at `kappa_grad`, not of the hard forward pass: with `--ncp-fraction` > 0 its
 scenes are compared the same way and reported in their own rows (a bias of the relaxation, not a
 defect, shows as *wrong* there).

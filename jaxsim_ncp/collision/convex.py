@@ -65,6 +65,7 @@ EPA_ITERATIONS = 48
 NEWTON_ITERATIONS = 6  # the last one differentiable
 EPA_FACES = 2 * EPA_ITERATIONS + 4  # a closed convex triangulation of V vertices has 2V - 4 faces
 KINK_TOLERANCE = 1e-6  # |sigma| < 1 - this: the witness is inside a face / edge / side (relative)
+KINK_ANGLE = 0.05  # |m_k| < this: the direction is near enough the kink m_k = 0 for it to be active
 
 # the 15 non-empty subsets of a 4-point simplex, as masks
 _SUBSETS = np.array([[(s >> i) & 1 for i in range(4)] for s in range(1, 16)], dtype=bool)
@@ -389,24 +390,27 @@ def _active_kinks(kind: int, g: GeomFrame, witness: Float[Array, "3"], d: Float[
         return _mesh_feature(g, witness, d, scale)
     local = _solve3(g.mat, witness - g.pos - radius * d)  # inverse of the support's map
     inside = 1.0 - KINK_TOLERANCE
+    # A kink is active where the witness is inside its feature and the direction near the kink
+    # (m_k = 0 at the solution; `_kink_residual`). An EPA witness, a convex combination of support
+    # points, sits inside the surface by its tolerance (3e-6 and more deep in a flat landscape):
+    # read alone, a witness on a cylinder's side or rim was taken for one on its cap (normal at
+    # 90 degrees from the axis), and the polish solved for the cap's normal, ending below its
+    # start or, at the solution, with a step it could not take (the frame's derivative 0)
+    m = g.mat.T @ d
     if kind == CAPSULE:
         sigma = jnp.array([0.0, 0.0, local[2] / s[1]])
-        return sigma, jnp.array([False, False, jnp.abs(sigma[2]) < inside]), none
-    # On the surface at least one coordinate is at its bound: an EPA witness (a convex combination of
-    # support points) sits inside by its tolerance, and the feature nearest it is the surface's
-    # there, never a kink: an ellipsoid's witness on a cylinder's side, 3e-6 inside the circle,
-    # read as on the cap, sent the polish to the cap's normal and a stationary point far below the start
-    if kind == CYLINDER:
+        return sigma, jnp.array([False, False, (jnp.abs(sigma[2]) < inside) & (jnp.abs(m[2]) < KINK_ANGLE)]), none
+    if kind == CYLINDER:  # of the cap and the side, the one the witness is nearer (at least one is at its bound)
         radial = jnp.array([local[0], local[1]]) / s[0]
         z = local[2] / s[1]
         off_side, off_cap = s[0] * (1.0 - safe_norm(radial)), s[1] * (1.0 - jnp.abs(z))
-        cap = (safe_norm(radial) < inside) & (off_cap < off_side)
-        side = (jnp.abs(z) < inside) & ~cap
+        cap = (safe_norm(radial) < inside) & (off_cap < off_side) & (safe_norm(m[:2]) < KINK_ANGLE)
+        side = (jnp.abs(z) < inside) & ~cap & (jnp.abs(m[2]) < KINK_ANGLE)
         return jnp.array([radial[0], radial[1], z]), jnp.array([cap, cap, side]), none
-    if kind == BOX:
+    if kind == BOX:  # never the axis of the face the witness is nearest
         sigma = local / s
         nearest_face = jnp.arange(3) == jnp.argmin(s * (1.0 - jnp.abs(sigma)))
-        return sigma, (jnp.abs(sigma) < inside) & ~nearest_face, none
+        return sigma, (jnp.abs(sigma) < inside) & ~nearest_face & (jnp.abs(m) < KINK_ANGLE), none
     return jnp.zeros(3, witness.dtype), jnp.zeros(3, bool), none
 
 
