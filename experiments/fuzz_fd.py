@@ -39,10 +39,10 @@ the warm start, given no derivative) can be a percent from the solution's deriva
 default 1e-8: `--tolerance` (default 1e-12) sets it. The adaptive integrator's step sizes are chosen
 under stop_gradient (Diffrax's controller): its gradient is the solver steps', which tends to the
 ODE's as rtol -> 0, while differences also see the step sizes move (percents at rtol 1e-5).
-Contacts from distance are left out (their gradient differs from the forward's on purpose, `cfd.py`). The NCP's gradient is that of its
-relaxed problem at `kappa_grad`, not of the hard forward pass: with `--ncp-fraction` > 0 its
-scenes are compared the same way and reported in their own rows (a bias of the relaxation, not a
-defect, shows as *wrong* there).
+Contacts from distance are left out (their gradient differs from the forward's on purpose,
+`cfd.py`). The NCP's gradient is that of its relaxed problem at `kappa_grad`, not of the hard
+forward pass: with `--ncp-fraction` > 0 its scenes are compared the same way and reported in their
+own rows (a bias of the relaxation, not a defect, shows as *wrong* there).
 
     .venv/bin/python experiments/fuzz_fd.py --scenes 256 --group 32 --steps 5
     .venv/bin/python experiments/fuzz_fd.py --seed 3 --replay 2 --only 7   # group 2's scene 7 again

@@ -281,10 +281,10 @@ def gradient_configs(pair):
     return generic + DEEP.get(pair, []) + degenerate + [(far, True, False)]
 
 
-# Deep overlaps where the polish from EPA's start used to settle on a saddle of s(n) below the
-# start (`convex._polish`): an ellipsoid's witness on the cylinder's side, 3e-6 inside the
-# circle, was read as on the cap; the fallback kept the start's normal, whose frame then had
-# derivative 0 (against differences of up to 36). Found by sampling 1000 random poses (43 such).
+# Deep overlaps where the polish from EPA's start, with its witness's kinks misread
+# (`convex._active_kinks`), used to settle below the start; the fallback kept the start's normal,
+# whose frame then had derivative 0 (against differences of up to 36). One of 43 such among 1000
+# random poses.
 DEEP = {(ELLIPSOID, CYLINDER): [((np.array([0.003147, -0.01607, 0.010848]), np.array([-0.065325, 0.806029, -0.421789, 0.410054]),
                                   np.zeros(3), np.array([0.24479, -0.278299, 0.740132, -0.561099])), True, True)]}
 

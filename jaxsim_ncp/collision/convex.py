@@ -532,17 +532,22 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         tangential = gap - n * jnp.dot(n, gap)
         return jnp.dot(n, gap), jnp.stack([jnp.dot(ctx[1], tangential), jnp.dot(ctx[2], tangential)])
 
+    def newton_fraction(ctx, x, dx, s0):
+        """The longest of `newton_fractions` of the step dx that does not lower s below s0 (0: none)."""
+        s_newton = jax.vmap(lambda f: separation(ctx, x + f * dx)[0])(newton_fractions)
+        ok = s_newton >= s0 - s_slack
+        return jnp.where(jnp.any(ok), newton_fractions[jnp.argmax(ok)], 0.0)
+
     def safe_step(ctx, x):
         """One settling step that never lowers s (see the docstring)."""
         s0, ascent = separation(ctx, x)
-        newton = x + newton_fractions[:, None] * (step(ctx, x) - x)
+        dx = step(ctx, x) - x
+        fraction = newton_fraction(ctx, x, dx, s0)
         gradient = jnp.broadcast_to(x, (4, 8)).at[:, :2].add(ascent_lengths[:, None] * ascent)
-        s_newton = jax.vmap(lambda y: separation(ctx, y)[0])(newton)
         s_gradient = jax.vmap(lambda y: separation(ctx, y)[0])(gradient)
-        newton_ok = s_newton >= s0 - s_slack
         best = jnp.argmax(s_gradient)
         fallback = jnp.where(s_gradient[best] > s0, gradient[best], x)
-        return jnp.where(jnp.any(newton_ok), newton[jnp.argmax(newton_ok)], fallback)
+        return jnp.where(fraction > 0, x + fraction * dx, fallback)
 
     def settle(p, carry):
         """Pass p (0, 1) on stop-gradient inputs: NEWTON_ITERATIONS - p steps from its start.
@@ -559,9 +564,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
     ctx, _ = setup(*start)
     # the differentiable step, as far along as it does not lower s (all of it at a solution)
     dx = step(ctx, x, (g1, g2)) - x
-    s_newton = jax.vmap(lambda y: separation(ctx, y)[0])(x + newton_fractions[:, None] * jax.lax.stop_gradient(dx))
-    ok = s_newton >= separation(ctx, x)[0] - s_slack
-    fraction = jnp.where(jnp.any(ok), newton_fractions[jnp.argmax(ok)], 0.0)
+    fraction = newton_fraction(ctx, x, jax.lax.stop_gradient(dx), separation(ctx, x)[0])
     return contact(ctx, x + fraction * dx, g1, g2)
 
 
@@ -687,10 +690,10 @@ def convex_contact(k1: int, k2: int, prism: bool = False, with_face: bool = Fals
         return scale, tol, (n0, a0, b0), mj, use
 
     def polished(g1: GeomFrame, g2: GeomFrame, margin, found) -> Collision:
-        """Stage 3 from the start, differentiable. The polish converges to the stationary point
-        nearest the start; should that be worse than the start (a saddle of (1)), the start is kept
-        (then only dist is differentiable: by the envelope theorem at fixed n0). With MuJoCo's
-        contact, its value with the exact contact's derivative."""
+        """Stage 3 from the start, differentiable. The polish's steps do not lower s(n) of (1);
+        should its witnesses (those of the kinks it read) still give a dist worse than the start's,
+        the start is kept (then only dist is differentiable: by the envelope theorem at fixed n0).
+        With MuJoCo's contact, its value with the exact contact's derivative."""
         scale, tol, (n0, a0, b0), mj, use = found
         n, a, b = _polish(k1, g1, k2, g2, n0, a0, b0, scale)
         dist = jnp.dot(n, b - a)
