@@ -43,6 +43,7 @@ os.environ.setdefault(
 )
 
 import gc  # noqa: E402
+import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 import jax  # noqa: E402
@@ -51,10 +52,19 @@ import pytest
 jax.config.update("jax_enable_x64", True)
 gc.set_threshold(100_000, 50, 100)  # defaults (700, 10, 10)
 
-# the controller creates the directory before xdist spawns the workers, which inherit it
-os.environ.setdefault("JAXSIM_NCP_TEST_COMPILATION_CACHE", tempfile.mkdtemp(prefix="jaxsim_ncp_xla_cache_"))
+# the controller creates the directory before xdist spawns the workers, which inherit it, and
+# removes it when the run ends (about 140 MB for the whole suite)
+_OWN_CACHE = "JAXSIM_NCP_TEST_COMPILATION_CACHE" not in os.environ
+if _OWN_CACHE:
+    os.environ["JAXSIM_NCP_TEST_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="jaxsim_ncp_xla_cache_")
 jax.config.update("jax_compilation_cache_dir", os.environ["JAXSIM_NCP_TEST_COMPILATION_CACHE"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def pytest_sessionfinish(session):
+    if _OWN_CACHE:
+        shutil.rmtree(os.environ["JAXSIM_NCP_TEST_COMPILATION_CACHE"], ignore_errors=True)
+
 
 OPTIMIZED = {"xla_backend_optimization_level": 1, "xla_llvm_disable_expensive_passes": True}
 
