@@ -216,6 +216,7 @@ def main() -> None:
             print(f"group {number}: {structure}: {len(index)} scenes", flush=True)
             report(group, number, index, check_group(group, args.steps, args.rtol, index), counts,
                    show_all=args.only is not None)
+            fuzz.release_compiled()
             print(f"{done + n}/{args.scenes} scenes, {time.time() - start:.0f} s", flush=True)
         done, number = done + n, number + 1
     summary(counts)
