@@ -280,17 +280,21 @@ def test_multiccd_manifolds_against_a_mesh_match_mujoco_and_finite_differences()
 
 
 def test_cylinders_lying_across_a_mesh_block_match_mujoco_and_finite_differences():
-    """Cylinders lying on a mesh block's top face, tilted 1-2 deg and overhanging its edges (the block's
-    edge cuts into a side, so the contact normal is not the face's): each one's side line is its
-    support line towards the face (MuJoCo 4.0.1), clipped to the face. Contacts equal MuJoCo's to
-    1e-9 (the side line along the contact normal was 9e-6 off); their geometry's gradient w.r.t.
-    qpos equals central differences."""
+    """Cylinders and a capsule lying on a free mesh block's top face, tilted 1-2 deg, the cylinders
+    overhanging its edges (the block's edge cuts into a side, so the contact normal is not the face's):
+    each cylinder's side line is its support line towards the face (MuJoCo 4.0.1), clipped to the
+    face. Contacts equal MuJoCo's to 1e-9 (the side line along the contact normal was 9e-6 off);
+    their geometry's gradient w.r.t. qpos equals central differences, the block's rotation included
+    (the capsule's line once kept its offset from the axis fixed as the face turned: both points'
+    position derivatives were off by the same vector)."""
     block = 0.15 * CUBE * np.array([1.0, 1.0, 0.5])  # top face at z = 0.075
     poses = [(0.12, 0, 1, 0, 30), (0.1, 0.05, 1.5, 20, 60), (-0.12, 0.02, -1, 0, -30), (0.13, -0.1, 2, 10, 10)]
     bodies = "".join(f'<body pos="{x} {y} {0.075 + 0.04 - 0.002}" euler="{roll} {90 + tilt} {yaw}"><freejoint/>'
                      f'<geom type="cylinder" size="0.04 0.12" contype="1" conaffinity="2"/></body>' for x, y, tilt, roll, yaw in poses)  # fmt: skip
+    capsule = '<body pos="-0.05 -0.1 0.103" euler="0 91 0"><freejoint/><geom type="capsule" size="0.03 0.08" contype="1" conaffinity="2"/></body>'
     m = mujoco.MjModel.from_xml_string(f"""<mujoco><option ccd_tolerance="1e-13" ccd_iterations="500" gravity="0 0 0"/>
-        <asset>{_mesh_assets({"block": block})}</asset><worldbody><geom type="mesh" mesh="block" contype="2"/>{bodies}</worldbody></mujoco>""")
+        <asset>{_mesh_assets({"block": block})}</asset><worldbody>
+        <body><freejoint/><geom type="mesh" mesh="block" contype="2"/></body>{bodies}{capsule}</worldbody></mujoco>""")
     d = mujoco.MjData(m)
     mujoco.mj_forward(m, d)
     model = jsn.from_mujoco(m)
@@ -302,7 +306,7 @@ def test_cylinders_lying_across_a_mesh_block_match_mujoco_and_finite_differences
 
     value_and_grad = jax.jit(jax.value_and_grad(contact_loss, has_aux=True))
     (_, contact), _ = value_and_grad(jnp.asarray(d.qpos))
-    assert d.ncon == 2 * len(poses)
+    assert d.ncon == 2 * len(poses) + 2
     _assert_contact_sets_match(model, contact, d, 1e-9)
     check_directional(None, jnp.asarray(d.qpos), np.random.default_rng(0), n_dirs=2, rtol=1e-5,
                       value_and_grad=lambda q: (lambda out: (out[0][0], out[1]))(value_and_grad(q)))  # fmt: skip

@@ -300,8 +300,9 @@ def mesh_manifold(k1: int, k2: int) -> tuple[Callable, int]:
         use2 = ~aligned & ~use1 & edge2
 
         edges1 = f1.edges[e1]
-        if k1 == CAPSULE:  # as multiccd's: inflated witness, deflated along the face normal
-            edges1 = _edge(CAPSULE, g1, g1.pos + (g1.size[0] + 0.5 * margin) * ns, None, one)[0]
+        if k1 == CAPSULE:  # as multiccd's: inflated witness, deflated along the face normal; the offset
+            # follows the normal's derivative (the face's, on a moving mesh), not only the capsule's pose
+            edges1 = _edge(CAPSULE, g1, g1.pos + (g1.size[0] + 0.5 * margin) * n, None, one)[0]
             edges1 = edges1 + (0.5 * margin) * jax.lax.stop_gradient(f2.normals[f2e])
         if k1 == CYLINDER:  # its side line towards the face it lies on (MuJoCo 4.0.1), not along the contact normal
             edges1 = _edge(CYLINDER, g1, None, -f2.normals[f2e], one)[0]
