@@ -59,12 +59,14 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+import diffrax  # noqa: E402
 import equinox as eqx  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import fuzz  # noqa: E402
 import jaxsim_ncp as jsn  # noqa: E402
+from jaxsim_ncp.integrate import adaptive  # noqa: E402
 
 EPS = (1e-4, 1e-6)
 SMOOTH_RTOL = 1e-4
@@ -190,6 +192,12 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=1e-12,
                         help="the solver's tolerance (MuJoCo's default 1e-8 stops where differences of the truncated "
                              "solve can be a few percent from the solution's derivative)")
+    parser.add_argument("--adaptive-tol", type=float, default=None,
+                        help="rtol = atol of the adaptive integrator's step-size controller (default: the model's 1e-5); "
+                             "its gradient tends to the ODE's as this goes to 0")
+    parser.add_argument("--adaptive-constant", action="store_true",
+                        help="the adaptive integrator's solver at a constant step (one per timestep, no controller): "
+                             "its gradient is then the discretization's own, as the fixed-step integrators'")
     parser.add_argument("--replay", type=int, default=None, help="check only this group of the run (its number G)")
     parser.add_argument("--only", type=int, nargs="*", default=None, help="with --replay: its scenes to check and print")
     fuzz.add_structure_arguments(parser)
@@ -210,7 +218,13 @@ def main() -> None:
             group = fuzz.make_group(structure, 4 * n if args.all_apart else n, seed=seed, planar=args.planar_fraction)
             index = np.flatnonzero(group.apart)[:n] if args.all_apart else np.arange(n)
             index = index if args.only is None else np.asarray(args.only)
-            model = eqx.tree_at(lambda m: m.opt, group.model, dataclasses.replace(group.model.opt, tolerance=args.tolerance))
+            opt = dataclasses.replace(group.model.opt, tolerance=args.tolerance)
+            if opt.adaptive is not None and args.adaptive_constant:
+                opt = dataclasses.replace(opt, adaptive=adaptive.settings(stepsize_controller=diffrax.ConstantStepSize()))
+            elif opt.adaptive is not None and args.adaptive_tol is not None:
+                opt = dataclasses.replace(opt, adaptive=adaptive.settings(rtol=args.adaptive_tol, atol=args.adaptive_tol,
+                                                                          max_steps=4096))
+            model = eqx.tree_at(lambda m: m.opt, group.model, opt)
             group = dataclasses.replace(group, model=jax.tree.map(lambda x: x[index], model),
                                         qpos=group.qpos[index], qvel=group.qvel[index], apart=group.apart[index])
             print(f"group {number}: {structure}: {len(index)} scenes", flush=True)
