@@ -62,7 +62,7 @@ MINVAL = 1e-15  # mjMINVAL
 
 GJK_ITERATIONS = 64
 EPA_ITERATIONS = 48
-NEWTON_ITERATIONS = 6  # the last one differentiable
+PASS_ITERATIONS = (5, 4, 2)  # the polish's settling steps per pass (`_polish`); then one differentiable
 EPA_FACES = 2 * EPA_ITERATIONS + 4  # a closed convex triangulation of V vertices has 2V - 4 faces
 KINK_TOLERANCE = 1e-6  # |sigma| < 1 - this: the witness is inside a face / edge / side (relative)
 KINK_ANGLE = 0.05  # |m_k| < this: the direction is near enough the kink m_k = 0 for it to be active
@@ -571,7 +571,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         return jnp.where(fraction > 0, x + fraction * dx, fallback), target, jnp.max(jnp.abs(r))
 
     def settle(p, carry):
-        """Pass p (0, 1, 2) on stop-gradient inputs: NEWTON_ITERATIONS - p steps from its start.
+        """Pass p (0, 1, 2) on stop-gradient inputs: PASS_ITERATIONS[p] steps from its start.
         Pass 0 settles the witnesses from EPA's reading of the kinks. Pass 1 re-reads them, with the
         features closed where pass 0 stalled (residual above sqrt(eps)): a direction that reached a kink (a capsule's or a cylinder's side nearly
         parallel to the other shape's) has its witness at the segment's end, read as off the kink,
@@ -583,7 +583,7 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         One loop over the passes: their steps are traced (and compiled) once."""
         start, _, stuck = carry
         ctx, x = setup(*start, closed=(p == 1) & stuck)
-        x, target, r = jax.lax.fori_loop(0, NEWTON_ITERATIONS - p, lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
+        x, target, r = jax.lax.fori_loop(0, jnp.asarray(PASS_ITERATIONS)[p], lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
         out1, sigma1, over1 = _outside_kinks(k1, target[2:5], ctx[3])
         out2, sigma2, over2 = _outside_kinks(k2, target[5:8], ctx[5])
         worst = jnp.maximum(jnp.max(over1), jnp.max(over2))  # one kink at a time: a wrong kink distorts the others' solution
