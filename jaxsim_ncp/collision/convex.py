@@ -572,21 +572,24 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
 
     def settle(p, carry):
         """Pass p (0, 1, 2) on stop-gradient inputs: PASS_ITERATIONS[p] steps from its start.
-        Pass 0 settles the witnesses from EPA's reading of the kinks. Pass 1 re-reads them, with the
-        features closed where pass 0 stalled (residual above sqrt(eps)): a direction that reached a kink (a capsule's or a cylinder's side nearly
-        parallel to the other shape's) has its witness at the segment's end, read as off the kink,
-        and the polish could only oscillate across it (the frame's derivative 0 against differences
-        of 14; fuzz_fd seed 26). Pass 2 re-reads strictly and leaves its last step to the
-        differentiable one below. Before a re-read, a kink whose Newton solution lies beyond its
-        feature (EPA's witness 1e-6 inside a capsule's end, the direction 0.1 degree off the kink:
-        no step could be taken) has its witness moved past the end, so it is read as off the kink.
-        One loop over the passes: their steps are traced (and compiled) once."""
+        Pass 0 settles the witnesses from EPA's reading of the kinks. Pass 1 re-reads them, with
+        the features closed where pass 0 stalled (residual above sqrt(eps)): a direction that
+        reached a kink (a capsule's side nearly parallel to a cylinder's) has its witness at the
+        segment's end, read as off the kink, and the polish could only oscillate across it (the
+        frame's derivative 0 against differences of 14; fuzz_fd seed 26). Pass 2 re-reads strictly
+        and leaves its last step to the differentiable one below. Before a re-read, a kink whose
+        Newton solution lies beyond its feature (EPA's witness 1e-6 inside a capsule's end, the
+        direction 0.1 degree off the kink: no step could be taken) has its witness moved past the
+        end, so it is read as off the kink. One loop over the passes: their steps are traced (and
+        compiled) once."""
         start, _, stuck = carry
         ctx, x = setup(*start, closed=(p == 1) & stuck)
-        x, target, r = jax.lax.fori_loop(0, jnp.asarray(PASS_ITERATIONS)[p], lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
+        steps = jnp.asarray(PASS_ITERATIONS)[p]
+        x, target, r = jax.lax.fori_loop(0, steps, lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
         out1, sigma1, over1 = _outside_kinks(k1, target[2:5], ctx[3])
         out2, sigma2, over2 = _outside_kinks(k2, target[5:8], ctx[5])
-        worst = jnp.maximum(jnp.max(over1), jnp.max(over2))  # one kink at a time: a wrong kink distorts the others' solution
+        # one kink at a time: a wrong kink distorts the others' solution
+        worst = jnp.maximum(jnp.max(over1), jnp.max(over2))
         out1, out2 = out1 & (over1 >= worst), out2 & (over2 >= worst)
         read = x.at[2:5].set(jnp.where(out1, sigma1, x[2:5])).at[5:8].set(jnp.where(out2, sigma2, x[5:8]))
         return tree_where(p < 2, contact(ctx, read, g1s, g2s), start), x, r > stuck_above
