@@ -285,11 +285,11 @@ def gradient_configs(pair):
 # (`convex._active_kinks`), used to settle below the start; the fallback kept the start's normal,
 # whose frame then had derivative 0 (against differences of up to 36). One of 43 such among 1000
 # random poses.
-# A capsule along a cylinder's side, their axes 0.5-2 degrees apart (two of 21 such among 768 sampled
+# A capsule along a cylinder's side, their axes 0.5-2 degrees apart (two of 24 such among 768 sampled
 # poses): the direction reaches the capsule's side kink from one side, with its witness at the
 # segment's end, read as off the kink (the polish oscillated across it); and EPA's witness 1e-6
 # inside the capsule's end, read as on the side, whose Newton solution lay beyond the end (no step
-# could be taken). Both left the frame's derivative 0 against differences of up to 21.
+# could be taken). Both left the frame's derivative 0 against differences of up to 40.
 DEEP = {(ELLIPSOID, CYLINDER): [((np.array([0.003147, -0.01607, 0.010848]), np.array([-0.065325, 0.806029, -0.421789, 0.410054]),
                                   np.zeros(3), np.array([0.24479, -0.278299, 0.740132, -0.561099])), True, True)],
         (CAPSULE, CYLINDER): [

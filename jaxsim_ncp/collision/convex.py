@@ -462,9 +462,10 @@ def _kink_residual(kind: int, g: GeomFrame, d, sigma, active, feature):
 
 
 def _outside_kinks(kind: int, sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
-    """Active kinks whose subgradient coordinate sigma lies beyond its feature (a capsule's or a
-    cylinder's side past its end, a cylinder's cap past its rim, a box's edge past its corner), and
-    sigma moved just past the end: a witness there reads as off the kink (`_active_kinks`)."""
+    """(over, past_end): how far each active kink's subgradient coordinate sigma lies beyond its
+    feature (a capsule's or a cylinder's side past its end, a cylinder's cap past its rim, a box's
+    edge past its corner; <= 0 inside), and sigma moved just past the end, where a witness reads
+    as off the kink (`_active_kinks`)."""
     if kind == CYLINDER:  # the cap's radial pair (sigma_0, sigma_1), the side's axial sigma_2
         radial = safe_norm(sigma[:2])
         extent = jnp.array([radial, radial, jnp.abs(sigma[2])])
@@ -472,9 +473,8 @@ def _outside_kinks(kind: int, sigma: Float[Array, "3"], active: Bool[Array, " 3"
     elif kind in (CAPSULE, BOX):
         extent, end = jnp.abs(sigma), jnp.sign(sigma)
     else:  # spheres and ellipsoids have no kinks; a mesh's features are re-read from its hull
-        return jnp.zeros(3, bool), sigma, jnp.zeros(3, sigma.dtype)
-    over = jnp.where(active, extent - 1.0, 0.0)
-    return over > 0, jnp.where(over > 0, (1.0 + 2 * KINK_TOLERANCE) * end, sigma), over
+        return jnp.zeros(3, sigma.dtype), sigma
+    return jnp.where(active, extent - 1.0, 0.0), (1.0 + 2 * KINK_TOLERANCE) * end
 
 
 def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
@@ -586,12 +586,12 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         ctx, x = setup(*start, closed=(p == 1) & stuck)
         steps = jnp.asarray(PASS_ITERATIONS)[p]
         x, target, r = jax.lax.fori_loop(0, steps, lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
-        out1, sigma1, over1 = _outside_kinks(k1, target[2:5], ctx[3])
-        out2, sigma2, over2 = _outside_kinks(k2, target[5:8], ctx[5])
-        # one kink at a time: a wrong kink distorts the others' solution
+        over1, end1 = _outside_kinks(k1, target[2:5], ctx[3])
+        over2, end2 = _outside_kinks(k2, target[5:8], ctx[5])
+        # one kink at a time, the farthest out: a wrong kink distorts the others' solution
         worst = jnp.maximum(jnp.max(over1), jnp.max(over2))
-        out1, out2 = out1 & (over1 >= worst), out2 & (over2 >= worst)
-        read = x.at[2:5].set(jnp.where(out1, sigma1, x[2:5])).at[5:8].set(jnp.where(out2, sigma2, x[5:8]))
+        out1, out2 = (over1 > 0) & (over1 >= worst), (over2 > 0) & (over2 >= worst)
+        read = x.at[2:5].set(jnp.where(out1, end1, x[2:5])).at[5:8].set(jnp.where(out2, end2, x[5:8]))
         return tree_where(p < 2, contact(ctx, read, g1s, g2s), start), x, r > stuck_above
 
     n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
