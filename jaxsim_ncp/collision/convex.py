@@ -461,20 +461,22 @@ def _kink_residual(kind: int, g: GeomFrame, d, sigma, active, feature):
     return jnp.where(active, m, sigma)
 
 
-def _outside_kinks(kind: int, sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
-    """(over, past_end): how far each active kink's subgradient coordinate sigma lies beyond its
-    feature (a capsule's or a cylinder's side past its end, a cylinder's cap past its rim, a box's
-    edge past its corner; <= 0 inside), and sigma moved just past the end, where a witness reads
-    as off the kink (`_active_kinks`)."""
+def _outside_kinks(kind: int, size, sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
+    """(over, past_end): how far (a length) the witness each active kink's subgradient coordinate
+    sigma gives lies beyond its feature (a capsule's or a cylinder's side past its end, a cylinder's
+    cap past its rim, a box's edge past its corner; <= 0 inside), and sigma moved just past the end,
+    where a witness reads as off the kink (`_active_kinks`)."""
     if kind == CYLINDER:  # the cap's radial pair (sigma_0, sigma_1), the side's axial sigma_2
         radial = safe_norm(sigma[:2])
         extent = jnp.array([radial, radial, jnp.abs(sigma[2])])
         end = jnp.concatenate([sigma[:2] / jnp.maximum(radial, MINVAL), jnp.sign(sigma[2:])])
+        half = jnp.stack([size[0], size[0], size[1]])
     elif kind in (CAPSULE, BOX):
         extent, end = jnp.abs(sigma), jnp.sign(sigma)
+        half = jnp.stack([size[0], size[1], size[1]]) if kind == CAPSULE else size
     else:  # spheres and ellipsoids have no kinks; a mesh's features are re-read from its hull
         return jnp.zeros(3, sigma.dtype), sigma
-    return jnp.where(active, extent - 1.0, 0.0), (1.0 + 2 * KINK_TOLERANCE) * end
+    return jnp.where(active, (extent - 1.0) * half, 0.0), (1.0 + 2 * KINK_TOLERANCE) * end
 
 
 def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
@@ -586,9 +588,11 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         ctx, x = setup(*start, closed=(p == 1) & stuck)
         steps = jnp.asarray(PASS_ITERATIONS)[p]
         x, target, r = jax.lax.fori_loop(0, steps, lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
-        over1, end1 = _outside_kinks(k1, target[2:5], ctx[3])
-        over2, end2 = _outside_kinks(k2, target[5:8], ctx[5])
-        # one kink at a time, the farthest out: a wrong kink distorts the others' solution
+        over1, end1 = _outside_kinks(k1, g1s.size, target[2:5], ctx[3])
+        over2, end2 = _outside_kinks(k2, g2s.size, target[5:8], ctx[5])
+        # one kink at a time, the farthest out: a wrong kink distorts the others' solution.
+        # Out by a length, not by sigma: two nearly parallel sides whose lines meet beyond both ends
+        # touch at the end of the one that ends first, the one farther from where the lines meet
         worst = jnp.maximum(jnp.max(over1), jnp.max(over2))
         out1, out2 = (over1 > 0) & (over1 >= worst), (over2 > 0) & (over2 >= worst)
         read = x.at[2:5].set(jnp.where(out1, end1, x[2:5])).at[5:8].set(jnp.where(out2, end2, x[5:8]))
