@@ -596,7 +596,14 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         worst = jnp.maximum(jnp.max(over1), jnp.max(over2))
         out1, out2 = (over1 > 0) & (over1 >= worst), (over2 > 0) & (over2 >= worst)
         read = x.at[2:5].set(jnp.where(out1, end1, x[2:5])).at[5:8].set(jnp.where(out2, end2, x[5:8]))
-        return tree_where(p < 2, contact(ctx, read, g1s, g2s), start), x, r > stuck_above
+        n, a, b = contact(ctx, read, g1s, g2s)
+        # a pass that converged onto the dropped kink leaves m_k = 0 up to round-off, where the
+        # kink's witness, now read as off it, jumps between its feature's ends (`_witness`: sign(m_k))
+        # and a 1e-7 change of pose sent the next pass to the wrong end (a 0.05 rad error in the
+        # normal): the direction is tilted a hair toward the end the kink was dropped at
+        tilt = g1s.mat @ jnp.where(out1, end1, 0.0) - g2s.mat @ jnp.where(out2, end2, 0.0)
+        n = n + 100 * jnp.finfo(n.dtype).eps * tilt
+        return tree_where(p < 2, (n / safe_norm(n), a, b), start), x, r > stuck_above
 
     n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
     stuck_above = jnp.sqrt(jnp.finfo(n0.dtype).eps)  # a pass's residual (dimensionless) above this: it stalled
