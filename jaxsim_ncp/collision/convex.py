@@ -462,10 +462,11 @@ def _kink_residual(kind: int, g: GeomFrame, d, sigma, active, feature):
 
 
 def _outside_kinks(kind: int, size, sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
-    """(over, past_end): how far (a length) the witness each active kink's subgradient coordinate
-    sigma gives lies beyond its feature (a capsule's or a cylinder's side past its end, a cylinder's
-    cap past its rim, a box's edge past its corner; <= 0 inside), and sigma moved just past the end,
-    where a witness reads as off the kink (`_active_kinks`)."""
+    """(over, past_end): per active kink, how far its witness at subgradient coordinate sigma lies
+    beyond its feature, as a length (sigma's excess times the half-length or radius: a capsule's or
+    a cylinder's side past its end, a cylinder's cap past its rim, a box's edge past its corner;
+    <= 0 inside), and sigma moved just past the end, where a witness reads as off the kink
+    (`_active_kinks`)."""
     if kind == CYLINDER:  # the cap's radial pair (sigma_0, sigma_1), the side's axial sigma_2
         radial = safe_norm(sigma[:2])
         extent = jnp.array([radial, radial, jnp.abs(sigma[2])])
