@@ -288,9 +288,8 @@ def gradient_configs(pair):
 # A capsule along a cylinder's side, their axes 0.5-2 degrees apart (two of 24 such among 768 sampled
 # poses, whose rotations were up to 5% off orthonormal): the direction reaches the capsule's side
 # kink from one side, with its witness at the segment's end, read as off the kink (the polish
-# oscillated across it); and EPA's witness 1e-6
-# inside the capsule's end, read as on the side, whose Newton solution lay beyond the end (no step
-# could be taken). Both left the frame's derivative 0 against differences of up to 40.
+# oscillated across it); and EPA's witness 1e-6 inside the capsule's end, read as on the side,
+# whose Newton solution lay beyond the end (no step could be taken). Both left the frame's derivative 0 against differences of up to 40.
 # Then two where the lines of the capsule's and the cylinder's sides (0.4 and 2.9 degrees apart) meet
 # beyond both ends, and the polish read the cylinder's side as off, the wrong one: it dropped the
 # kink farthest out in sigma, not in length (`convex._outside_kinks`). 12 of 768 sampled poses (axes
