@@ -462,11 +462,11 @@ def _kink_residual(kind: int, g: GeomFrame, d, sigma, active, feature):
 
 
 def _outside_kinks(kind: int, size, sigma: Float[Array, "3"], active: Bool[Array, " 3"]):
-    """(over, past_end): per active kink, how far its witness at subgradient coordinate sigma lies
-    beyond its feature, as a length (sigma's excess times the half-length or radius: a capsule's or
-    a cylinder's side past its end, a cylinder's cap past its rim, a box's edge past its corner;
-    <= 0 inside), and sigma moved just past the end, where a witness reads as off the kink
-    (`_active_kinks`)."""
+    """(over, past_end, within): per active kink, how far its witness at subgradient coordinate sigma
+    lies beyond its feature, as a length (sigma's excess times the half-length or radius: a capsule's
+    or a cylinder's side past its end, a cylinder's cap past its rim, a box's edge past its corner;
+    <= 0 inside), sigma moved just past the end, where a witness reads as off the kink
+    (`_active_kinks`), and sigma pulled just inside the end, where it reads as on the kink."""
     if kind == CYLINDER:  # the cap's radial pair (sigma_0, sigma_1), the side's axial sigma_2
         radial = safe_norm(sigma[:2])
         extent = jnp.array([radial, radial, jnp.abs(sigma[2])])
@@ -476,8 +476,20 @@ def _outside_kinks(kind: int, size, sigma: Float[Array, "3"], active: Bool[Array
         extent, end = jnp.abs(sigma), jnp.sign(sigma)
         half = jnp.stack([size[0], size[1], size[1]]) if kind == CAPSULE else size
     else:  # spheres and ellipsoids have no kinks; a mesh's features are re-read from its hull
-        return jnp.zeros(3, sigma.dtype), sigma
-    return jnp.where(active, (extent - 1.0) * half, 0.0), (1.0 + 2 * KINK_TOLERANCE) * end
+        return jnp.zeros(3, sigma.dtype), sigma, sigma
+    within = jnp.where(extent > 1.0 - 2 * KINK_TOLERANCE, (1.0 - 2 * KINK_TOLERANCE) * end, sigma)
+    return jnp.where(active, (extent - 1.0) * half, 0.0), (1.0 + 2 * KINK_TOLERANCE) * end, within
+
+
+def _crossed_kinks(kind: int, g: GeomFrame, d_from: Float[Array, "3"], d_to: Float[Array, "3"], active: Bool[Array, " 3"]):
+    """The inactive one-dimensional kinks (a capsule's or a cylinder's side, a box's edges) that the
+    direction crosses on its way from d_from, where it is near them, to d_to: m_k (m = R^T d)
+    changes sign."""
+    if kind not in (CAPSULE, CYLINDER, BOX):
+        return jnp.zeros(3, bool)
+    m_from, m_to = g.mat.T @ d_from, g.mat.T @ d_to
+    line = jnp.array([kind == BOX, kind == BOX, True])
+    return line & ~active & (m_from * m_to < 0) & (jnp.abs(m_from) < KINK_ANGLE)
 
 
 def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
@@ -503,11 +515,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
     newton_fractions = jnp.asarray([1.0, 0.5, 0.25, 0.125], n0.dtype)
     ascent_lengths = jnp.asarray([4.0, 1.0, 0.25, 0.0625], n0.dtype) / scale  # angle per unit of |grad s|
 
-    def setup(n0, a0, b0, closed=False):
-        """The pass's tangent frame at n0, the kinks the witnesses a0, b0 sit in, and the start x."""
+    def setup(n0, a0, b0, closed=False, add1=False, add2=False):
+        """The pass's tangent frame at n0, the kinks the witnesses a0, b0 sit in (and the kinks
+        add1, add2), and the start x."""
         frame = make_frame(n0)
         sig1, act1, feat1 = _active_kinks(k1, g1s, a0, n0, r1, scale, closed)
         sig2, act2, feat2 = _active_kinks(k2, g2s, b0, -n0, r2, scale, closed)
+        act1, act2 = act1 | add1, act2 | add2
         x = jnp.zeros(8, n0.dtype).at[2:5].set(jnp.where(act1, sig1, 0.0)).at[5:8].set(jnp.where(act2, sig2, 0.0))
         return (n0, frame[1], frame[2], act1, feat1, act2, feat2), x
 
@@ -583,20 +597,33 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         and leaves its last step to the differentiable one below. Before a re-read, a kink whose
         Newton solution lies beyond its feature (EPA's witness 1e-6 inside a capsule's end, the
         direction 0.1 degree off the kink: no step could be taken) has its witness moved past the
-        end, so it is read as off the kink. One loop over the passes: their steps are traced (and
-        compiled) once."""
-        start, _, stuck = carry
-        ctx, x = setup(*start, closed=(p == 1) & stuck)
+        end, so it is read as off the kink; the kinks kept are read at sigma pulled inside their
+        features (a pass that stalled far out on two nearly parallel sides, sigma at 18 and 21,
+        dropped the one farther out and lost the other with it: the frame's derivative 0 against
+        differences of up to 40). Where pass 0's Newton step crosses an inactive kink, that kink is added
+        for pass 1 and none is dropped: EPA's witness on a cylinder's rim, the solution on its side
+        against a capsule's, 2 degrees away; pass 0 had only the capsule's side, whose Newton target
+        lay 87 degrees off and beyond the capsule's end, and dropped it (derivative 0 against 21).
+        Later passes only drop: a kink added after pass 0 could not be dropped again. One loop over
+        the passes: their steps are traced (and compiled) once."""
+        start, _, stuck, add1, add2 = carry
+        ctx, x = setup(*start, (p == 1) & stuck, add1, add2)
         steps = jnp.asarray(PASS_ITERATIONS)[p]
         x, target, r = jax.lax.fori_loop(0, steps, lambda _, c: safe_step(ctx, c[0]), (x, x, stuck_above))
-        over1, end1 = _outside_kinks(k1, g1s.size, target[2:5], ctx[3])
-        over2, end2 = _outside_kinks(k2, g2s.size, target[5:8], ctx[5])
+        over1, end1, _ = _outside_kinks(k1, g1s.size, target[2:5], ctx[3])
+        over2, end2, _ = _outside_kinks(k2, g2s.size, target[5:8], ctx[5])
+        within1, within2 = _outside_kinks(k1, g1s.size, x[2:5], ctx[3])[2], _outside_kinks(k2, g2s.size, x[5:8], ctx[5])[2]
         # one kink at a time, the farthest out: a wrong kink distorts the others' solution.
         # Out by a length, not by sigma: two nearly parallel sides whose lines meet beyond both ends
         # touch at the end of the one that ends first, the one farther from where the lines meet
-        worst = jnp.maximum(jnp.max(over1), jnp.max(over2))
+        n_x, n_target = direction(ctx, x), direction(ctx, target)
+        add1 = _crossed_kinks(k1, g1s, n_x, n_target, ctx[3]) & (p == 0)
+        add2 = _crossed_kinks(k2, g2s, -n_x, -n_target, ctx[5]) & (p == 0)
+        worst = jnp.where(jnp.any(add1) | jnp.any(add2), jnp.inf, jnp.maximum(jnp.max(over1), jnp.max(over2)))
         out1, out2 = (over1 > 0) & (over1 >= worst), (over2 > 0) & (over2 >= worst)
-        read = x.at[2:5].set(jnp.where(out1, end1, x[2:5])).at[5:8].set(jnp.where(out2, end2, x[5:8]))
+        sigma1 = jnp.where(out1, end1, jnp.where(ctx[3], within1, x[2:5]))
+        sigma2 = jnp.where(out2, end2, jnp.where(ctx[5], within2, x[5:8]))
+        read = x.at[2:5].set(sigma1).at[5:8].set(sigma2)
         n, a, b = contact(ctx, read, g1s, g2s)
         # a pass that converged onto the dropped kink leaves m_k = 0 up to round-off, where the
         # kink's witness, now read as off it, jumps between its feature's ends (`_witness`: sign(m_k))
@@ -604,11 +631,12 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         # normal): the direction is tilted a hair toward the end the kink was dropped at
         tilt = g1s.mat @ jnp.where(out1, end1, 0.0) - g2s.mat @ jnp.where(out2, end2, 0.0)
         n = n + 100 * jnp.finfo(n.dtype).eps * tilt
-        return tree_where(p < 2, (n / safe_norm(n), a, b), start), x, r > stuck_above
+        return tree_where(p < 2, (n / safe_norm(n), a, b), start), x, r > stuck_above, add1, add2
 
     n0, a0, b0 = jax.lax.stop_gradient((n0, a0, b0))
     stuck_above = jnp.sqrt(jnp.finfo(n0.dtype).eps)  # a pass's residual (dimensionless) above this: it stalled
-    start, x, _ = jax.lax.fori_loop(0, 3, settle, ((n0, a0, b0), jnp.zeros(8, n0.dtype), jnp.array(False)))
+    no_kinks = jnp.zeros(3, bool)
+    start, x, *_ = jax.lax.fori_loop(0, 3, settle, ((n0, a0, b0), jnp.zeros(8, n0.dtype), jnp.array(False), no_kinks, no_kinks))
     ctx, _ = setup(*start)
     # the differentiable step, as far along as it does not lower s (all of it at a solution)
     dx = step(ctx, x, (g1, g2))[0] - x
