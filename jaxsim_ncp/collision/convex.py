@@ -613,12 +613,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         over1, end1, _ = _outside_kinks(k1, g1s.size, target[2:5], ctx[3])
         over2, end2, _ = _outside_kinks(k2, g2s.size, target[5:8], ctx[5])
         within1, within2 = _outside_kinks(k1, g1s.size, x[2:5], ctx[3])[2], _outside_kinks(k2, g2s.size, x[5:8], ctx[5])[2]
-        # one kink at a time, the farthest out: a wrong kink distorts the others' solution.
-        # Out by a length, not by sigma: two nearly parallel sides whose lines meet beyond both ends
-        # touch at the end of the one that ends first, the one farther from where the lines meet
+        # pass 0's step crossing an inactive kink: add it, drop none (a target past a missing kink is no guide)
         n_x, n_target = direction(ctx, x), direction(ctx, target)
         add1 = _crossed_kinks(k1, g1s, n_x, n_target, ctx[3]) & (p == 0)
         add2 = _crossed_kinks(k2, g2s, -n_x, -n_target, ctx[5]) & (p == 0)
+        # else one kink at a time, the farthest out: a wrong kink distorts the others' solution.
+        # Out by a length, not by sigma: two nearly parallel sides whose lines meet beyond both ends
+        # touch at the end of the one that ends first, the one farther from where the lines meet
         worst = jnp.where(jnp.any(add1) | jnp.any(add2), jnp.inf, jnp.maximum(jnp.max(over1), jnp.max(over2)))
         out1, out2 = (over1 > 0) & (over1 >= worst), (over2 > 0) & (over2 >= worst)
         sigma1 = jnp.where(out1, end1, jnp.where(ctx[3], within1, x[2:5]))
