@@ -289,7 +289,8 @@ def gradient_configs(pair):
 # poses, whose rotations were up to 5% off orthonormal): the direction reaches the capsule's side
 # kink from one side, with its witness at the segment's end, read as off the kink (the polish
 # oscillated across it); and EPA's witness 1e-6 inside the capsule's end, read as on the side,
-# whose Newton solution lay beyond the end (no step could be taken). Both left the frame's derivative 0 against differences of up to 40.
+# whose Newton solution lay beyond the end (no step could be taken). Both left the frame's
+# derivative 0 against differences of up to 40.
 # Then two where the lines of the capsule's and the cylinder's sides (0.4 and 2.9 degrees apart) meet
 # beyond both ends, and the polish read the cylinder's side as off, the wrong one: it dropped the
 # kink farthest out in sigma, not in length (`convex._outside_kinks`). 12 of 768 sampled poses (axes
@@ -302,7 +303,8 @@ def gradient_configs(pair):
 # the cylinder's side kink, which is now added instead (`convex._crossed_kinks`). And a pass that
 # stalled far out on both sides (sigma at 18 and 21) dropped one and lost the other with it (read
 # at its x, beyond its end); the kinks kept are now read inside their features. The frame's
-# derivative was 0 against differences of 21 and 40; 3 order-1 errors among 768 sampled poses, none since.
+# derivative was 0 against differences of 21 and 40; 3 order-1 errors among 768 sampled poses,
+# none since.
 DEEP = {(ELLIPSOID, CYLINDER): [((np.array([0.003147, -0.01607, 0.010848]), np.array([-0.065325, 0.806029, -0.421789, 0.410054]),
                                   np.zeros(3), np.array([0.24479, -0.278299, 0.740132, -0.561099])), True, True)],
         (CAPSULE, CYLINDER): [

@@ -600,12 +600,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         end, so it is read as off the kink; the kinks kept are read at sigma pulled inside their
         features (a pass that stalled far out on two nearly parallel sides, sigma at 18 and 21,
         dropped the one farther out and lost the other with it: the frame's derivative 0 against
-        differences of up to 40). Where pass 0's Newton step crosses an inactive kink, that kink is added
-        for pass 1 and none is dropped: EPA's witness on a cylinder's rim, the solution on its side
-        against a capsule's, 2 degrees away; pass 0 had only the capsule's side, whose Newton target
-        lay 87 degrees off and beyond the capsule's end, and dropped it (derivative 0 against 21).
-        Later passes only drop: a kink added after pass 0 could not be dropped again. One loop over
-        the passes: their steps are traced (and compiled) once."""
+        differences of up to 40).
+        Where pass 0's Newton step crosses an inactive kink, that kink is added for pass 1 and none
+        is dropped: EPA's witness on a cylinder's rim, the solution on its side against a capsule's,
+        2 degrees away; pass 0 had only the capsule's side, whose Newton target lay 87 degrees off
+        and beyond the capsule's end, and dropped it (derivative 0 against 21). Later passes only
+        drop: a kink added after pass 0 could not be dropped again.
+        One loop over the passes: their steps are traced (and compiled) once."""
         start, _, stuck, add1, add2 = carry
         ctx, x = setup(*start, (p == 1) & stuck, add1, add2)
         steps = jnp.asarray(PASS_ITERATIONS)[p]
