@@ -289,12 +289,6 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
     def closest(valid, dists):
         return jnp.argmin(jnp.where(valid, dists, jnp.inf))
 
-    def witnesses(verts, face):
-        """The witnesses (a, b) at the origin's projection onto the face."""
-        tri = verts[face]  # (3 vertices, (w, a, b), 3)
-        lam = _closest_on_simplex(jnp.concatenate([tri[:, 0], tri[:1, 0]]), jnp.array([True, True, True, False]))[:3]
-        return lam @ tri[:, 1], lam @ tri[:, 2]
-
     def cond(state):
         k, _, _, _, _, _, done, _ = state
         return (k < EPA_ITERATIONS) & ~done
@@ -305,7 +299,7 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
         n = normals[f]
         w, a, b = support(n)
         depth = jnp.dot(w, n)  # the depth along n: an upper bound of the penetration depth
-        best = tree_where(depth < best[1], (n, depth, *witnesses(verts, faces[f])), best)
+        best = tree_where(depth < best[1], (n, depth, faces[f]), best)  # (vertices are never overwritten)
         converged = depth - dists[f] <= tol
         idx = 4 + k
         verts_new = verts.at[idx].set(jnp.stack([w, a, b]))
@@ -342,8 +336,7 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
         return (k + 1, keep(verts, verts_new), keep(faces, faces_new), keep(valid, valid_new),
                 keep(normals, normals_new), keep(dists, dists_new), stop, best)
 
-    zero = jnp.zeros(3, dtype)
-    best = (zero, jnp.asarray(jnp.inf, dtype), zero, zero)  # the queried direction of least depth (n, depth, a, b)
+    best = (jnp.zeros(3, dtype), jnp.asarray(jnp.inf, dtype), faces[0])  # the queried face of least depth (n, depth, face)
     state = (jnp.int32(0), verts, faces, valid, normals, dists, ~run, best)
     _, verts, faces, valid, normals, dists, _, best = jax.lax.while_loop(cond, body, state)
     f = closest(valid, dists)
@@ -354,8 +347,11 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
     # answer at the iteration whose face normal had the least depth is taken where that depth is
     # below the final normal's by more than tol. Converged, the final normal's depth is within
     # tol of the least: unchanged.
-    face = (n, jnp.dot(support(n)[0], n), *witnesses(verts, faces[f]))
-    return tree_where(best[1] < face[1] - tol, best, face)
+    final = (n, jnp.dot(support(n)[0], n), faces[f])
+    n, depth, face = tree_where(best[1] < final[1] - tol, best, final)
+    tri = verts[face]  # (3 vertices, (w, a, b), 3)
+    lam = _closest_on_simplex(jnp.concatenate([tri[:, 0], tri[:1, 0]]), jnp.array([True, True, True, False]))[:3]
+    return n, depth, lam @ tri[:, 1], lam @ tri[:, 2]
 
 
 # ------------------------------------------------------------------ Newton polish
