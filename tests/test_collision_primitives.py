@@ -308,7 +308,7 @@ def gradient_configs(pair):
 # Two nearly coincident cylinders (dist -0.35): the depth varies by 0.0023 over the directions across
 # their axes, and EPA, not converged in its iterations, ended on a face whose normal was 113 degrees from
 # the minimum; the polish, a local method, kept it (the frame's derivative 0 against differences of 78).
-# EPA now returns the queried direction of least depth where it did not converge.
+# Where EPA did not converge, it now answers as at its iteration whose face normal had the least depth.
 DEEP = {(ELLIPSOID, CYLINDER): [((np.array([0.003147, -0.01607, 0.010848]), np.array([-0.065325, 0.806029, -0.421789, 0.410054]),
                                   np.zeros(3), np.array([0.24479, -0.278299, 0.740132, -0.561099])), True, True)],
         (CAPSULE, CYLINDER): [

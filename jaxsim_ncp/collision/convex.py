@@ -267,7 +267,8 @@ def _epa(support: Callable, simplex: _Simplex, tol: Float[Array, ""], run: Bool[
 
     Returns (normal, depth, a, b): the normal of the polytope's face closest to the origin, the
     depth along it (the support's) and the witnesses at the origin's projection onto the face;
-    or, where EPA stopped short of converging, those of the iteration whose face normal had the least depth.
+    or, where EPA stopped short of converging, those of the iteration whose face normal had the
+    least depth.
     """
     dtype = simplex.w.dtype
     nv = 4 + EPA_ITERATIONS
