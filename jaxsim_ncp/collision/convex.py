@@ -597,7 +597,13 @@ def _polish(k1: int, g1: GeomFrame, k2: int, g2: GeomFrame, n0, a0, b0, scale):
         gradient = jnp.broadcast_to(x, (4, 8)).at[:, :2].add(ascent_lengths[:, None] * ascent)
         s_gradient = jax.vmap(lambda y: separation(ctx, y)[0])(gradient)
         best = jnp.argmax(s_gradient)
-        fallback = jnp.where(s_gradient[best] > s0, gradient[best], x)
+        # at a maximum of s on kinks that pin n (two crossed sides: n along the cross product of their
+        # axes), the step's change of n is the solve's round-off, along which the kinked s drops
+        # linearly: no fraction passed, and the witnesses kept EPA's tangential gap (crossed cylinders:
+        # 0.1, the position's derivative that of witnesses fixed on their bodies). Such a step is taken
+        # on the witnesses alone, n and s unchanged
+        pinned = jnp.max(jnp.abs(dx[:2])) < jnp.sqrt(jnp.finfo(x.dtype).eps)
+        fallback = jnp.where(s_gradient[best] > s0, gradient[best], jnp.where(pinned, x + dx.at[:2].set(0.0), x))
         return jnp.where(fraction > 0, x + fraction * dx, fallback), target, jnp.max(jnp.abs(r))
 
     def settle(p, carry):
