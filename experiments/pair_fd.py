@@ -83,7 +83,10 @@ def main():
     pair = tuple(TYPES[name] for name in args.pair)
     if pair not in FUNCTIONS:
         raise SystemExit(f"no narrow phase for {args.pair} (geom types in ascending order)")
-    s1, s2 = (np.pad(np.asarray(s, float), (0, 3 - len(s))) for s in sizes(pair))
+    try:
+        s1, s2 = (np.pad(np.asarray(s, float), (0, 3 - len(s))) for s in sizes(pair))
+    except KeyError:
+        raise SystemExit(f"no test sizes for {args.pair} (box-box: tests/test_collision_box.py)") from None
     rng = np.random.default_rng(args.seed)
     sample = crossed_pose if args.mode == "crossed" else random_pose
     poses = [sample(pair, s1, s2, rng, args.depth) for _ in range(args.poses)]
@@ -99,7 +102,7 @@ def main():
     g2 = GeomFrame(stacked[2], stacked[3], jnp.broadcast_to(jnp.asarray(s2), (count, 3)))
 
     def loss(g1, g2, w):
-        col = fn(g1, g2, jnp.zeros(()), ccd)
+        col = fn(g1, g2, jnp.zeros(())) if ccd is None else fn(g1, g2, jnp.zeros(()), ccd)  # ccd: convex pairs only
         terms = w[0] * col.dist + jnp.sum(w[1] * col.pos, -1) + jnp.sum(w[2] * col.frame, (-1, -2))
         return jnp.sum(jnp.where(col.valid, terms, 0.0)), col
 
