@@ -8,7 +8,7 @@ all poses and their perturbations, float64) and compared with central difference
 1e-7. A pose is reported where the gradient is off the 1e-7 difference by more than 1e-4
 (relative above 1); "smooth" says whether the two differences agree.
 
-Modes (the test's sizes, `tests/test_collision_primitives.sizes`):
+Modes (the test's sizes, `tests/test_collision_primitives.padded_sizes`):
 - crossed: the sides of geom 1 (capsule or cylinder) and geom 2 (cylinder, or a box's edge)
   crossed at 30-150 degrees, 1-15 cm deep (--depth): the contact normal is pinned by both kinks
   (the cross product of the axes), where s(n) of `convex` (1) peaks with a kink;
@@ -21,25 +21,18 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import mujoco
 import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from test_collision_primitives import NAMES, OPTIMIZED, rbound, random_quat, sizes, unit  # noqa: E402
+from test_collision_primitives import NAMES, OPTIMIZED, padded_sizes, rbound, random_quat, rotation, unit  # noqa: E402
 
 from jaxsim_ncp.collision import FUNCTIONS  # noqa: E402
 from jaxsim_ncp.collision.base import GeomFrame  # noqa: E402
 
 TYPES = {name: kind for kind, name in NAMES.items()}
 EPS = (0.0, 1e-5, -1e-5, 1e-7, -1e-7)
-
-
-def rotation(q) -> np.ndarray:
-    mat = np.zeros(9)
-    mujoco.mju_quat2Mat(mat, unit(q))
-    return mat.reshape(3, 3)
 
 
 def crossed_pose(pair, s1, s2, rng, depths=(0.01, 0.15)):
@@ -84,7 +77,7 @@ def main():
     if pair not in FUNCTIONS:
         raise SystemExit(f"no narrow phase for {args.pair} (geom types in ascending order)")
     try:
-        s1, s2 = (np.pad(np.asarray(s, float), (0, 3 - len(s))) for s in sizes(pair))
+        s1, s2 = padded_sizes(pair)
     except KeyError:
         raise SystemExit(f"no test sizes for {args.pair} (box-box: tests/test_collision_box.py)") from None
     rng = np.random.default_rng(args.seed)

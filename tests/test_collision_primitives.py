@@ -62,9 +62,21 @@ def quat_axis_angle(axis, angle):
     return np.concatenate([[np.cos(angle / 2)], np.sin(angle / 2) * unit(axis)])
 
 
+def rotation(q) -> np.ndarray:
+    """3x3 rotation matrix of quaternion q (normalized), by MuJoCo's quat2Mat."""
+    mat = np.zeros(9)
+    mujoco.mju_quat2Mat(mat, unit(q))
+    return mat.reshape(3, 3)
+
+
 def sizes(pair):
     t1, t2 = pair
     return SIZES[t1], (SIZES2[t2] if t1 == t2 else SIZES[t2])
+
+
+def padded_sizes(pair):
+    """The pair's sizes as two 3-vectors (GeomFrame.size)."""
+    return tuple(np.pad(np.asarray(s, float), (0, 3 - len(s))) for s in sizes(pair))
 
 
 def xml(pair, margin):
@@ -337,14 +349,8 @@ DEEP = {(ELLIPSOID, CYLINDER): [((np.array([0.003147, -0.01607, 0.010848]), np.a
 
 def frames_of(pair, cfg):
     """GeomFrames of a (p1, q1, p2, q2) configuration (mat from MuJoCo's quat2Mat)."""
-    s1, s2 = sizes(pair)
-    mats = []
-    for q in (cfg[1], cfg[3]):
-        mat = np.zeros(9)
-        mujoco.mju_quat2Mat(mat, unit(q))
-        mats.append(mat.reshape(3, 3))
-    return (np.asarray(cfg[0], float), mats[0], np.pad(s1, (0, 3 - len(s1)))), (
-        np.asarray(cfg[2], float), mats[1], np.pad(s2, (0, 3 - len(s2))))
+    s1, s2 = padded_sizes(pair)
+    return (np.asarray(cfg[0], float), rotation(cfg[1]), s1), (np.asarray(cfg[2], float), rotation(cfg[3]), s2)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{NAMES[p[0]]}-{NAMES[p[1]]}")
@@ -391,9 +397,7 @@ def test_sphere_ellipsoid_matches_exact_closest_point():
     rng = np.random.default_rng(5)
     frames1, frames2, expected = [], [], []
     for _ in range(12):
-        rot = np.zeros(9)
-        mujoco.mju_quat2Mat(rot, random_quat(rng))
-        rot = rot.reshape(3, 3)
+        rot = rotation(random_quat(rng))
         y = unit(rng.normal(size=3)) * size.max() * rng.uniform(1.05, 2.0)  # local centre, outside
         t = brentq(lambda t: np.sum((size * y / (size**2 + t)) ** 2) - 1, 0, 10, xtol=1e-15)
         x = size**2 * y / (size**2 + t)
@@ -605,25 +609,22 @@ def test_polish_settles_the_witnesses_where_crossed_sides_pin_the_normal():
     the position's derivative was that of witnesses fixed on their bodies (10 of 1792 sampled deep poses,
     `experiments/pair_fd.py`, where a batch's start came out so). The witnesses are the points of the
     axes' common normal, moved out by the radii."""
-    (r1, h1, _), (r2, h2, _) = sizes((CYLINDER, CYLINDER))
-    mat1 = np.zeros(9)
-    mujoco.mju_quat2Mat(mat1, unit([0.9, 0.1, -0.3, 0.2]))
-    mat1 = mat1.reshape(3, 3)
+    size1, size2 = padded_sizes((CYLINDER, CYLINDER))
+    r1, r2 = size1[0], size2[0]
+    mat1 = rotation([0.9, 0.1, -0.3, 0.2])
     a1 = mat1[:, 2]
     a2 = np.cos(np.radians(50)) * a1 + np.sin(np.radians(50)) * unit(np.cross(a1, [0.3, -1.0, 0.2]))
-    mat2 = np.zeros(9)
-    mujoco.mju_quat2Mat(mat2, quat_z_to(a2))
-    mat2 = mat2.reshape(3, 3)
+    mat2 = rotation(quat_z_to(a2))
     n = unit(np.cross(a1, a2))
     depth, t1, t2 = 0.09, 0.1, -0.05
     p2 = t1 * a1 + (r1 + r2 - depth) * n - t2 * a2
     # EPA's start: the right normal, each witness on its side 0.1 and 0.15 from the solution along its axis
     start = n, (t1 + 0.1) * a1 + r1 * n, p2 + (t2 - 0.15) * a2 - r2 * n
-    scale = convex._bound(CYLINDER, np.array([r1, h1, 0.0])) + convex._bound(CYLINDER, np.array([r2, h2, 0.0]))
+    scale = convex._bound(CYLINDER, size1) + convex._bound(CYLINDER, size2)
 
     def contact(p1):
-        g1 = GeomFrame(p1, jnp.asarray(mat1), jnp.array([r1, h1, 0.0]))
-        g2 = GeomFrame(jnp.asarray(p2), jnp.asarray(mat2), jnp.array([r2, h2, 0.0]))
+        g1 = GeomFrame(p1, jnp.asarray(mat1), jnp.asarray(size1))
+        g2 = GeomFrame(jnp.asarray(p2), jnp.asarray(mat2), jnp.asarray(size2))
         n, a, b = convex._polish(CYLINDER, g1, CYLINDER, g2, *map(jnp.asarray, start), scale)
         return 0.5 * (a + b), (n, a, b)
 
