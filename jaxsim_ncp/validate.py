@@ -18,6 +18,10 @@ from .types import Data, DynType, JointType, Model
 
 _GEOM_SIZES = {2: 1, 3: 2, 4: 3, 5: 2, 6: 3}  # sphere, capsule, ellipsoid, cylinder, box: sizes used
 _SHAPE_SPEC = re.compile(r"[\"']\s*([^\"']*)[\"']")
+# fields MuJoCo's compiler derives from others (inertia from geom sizes, invweights from inertia):
+# a non-finite input makes these non-finite too, so they are checked last and the input is named
+_DERIVED = ("body_mass", "body_inertia", "body_ipos", "body_iquat", "body_invweight0", "dof_invweight0",
+            "tendon_invweight0", "geom_rbound", "actuator_lengthrange", "actuator_acc0")  # fmt: skip
 
 
 class ModelError(ValueError):
@@ -130,8 +134,12 @@ def check_model(model: Model) -> None:
             len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape))
         ):
             raise ModelError(f"{field} has shape {shape}, expected {tuple('?' if e is None else e for e in expected)}")
-    for field in arrays + ["opt.timestep", "opt.gravity", "opt.impratio", "opt.density", "opt.viscosity", "opt.wind"]:
-        c.fail(field, ~np.isfinite(c.leaf(field)), "non-finite value")
+    options = ["opt.timestep", "opt.gravity", "opt.impratio", "opt.density", "opt.viscosity", "opt.wind"]
+    inputs = [f for f in arrays if f not in _DERIVED] + options
+    for field in inputs + [f for f in arrays if f in _DERIVED]:
+        value = c.leaf(field)
+        overflow = np.isinf(value).any() and value.dtype == np.float32
+        c.fail(field, ~np.isfinite(value), "non-finite value" + (" (float32 holds magnitudes up to 3.4e38; larger become inf)" if overflow else ""))
 
     c.fail("opt.timestep", ~(c.leaf("opt.timestep") > 0), "must be positive", element_axis=False)
     c.fail("opt.impratio", ~(c.leaf("opt.impratio") > 0), "must be positive", element_axis=False)

@@ -303,6 +303,17 @@ def test_load_time_overrides_are_validated():
         jsn.load_mjcf(SCENE, maxval=float("nan"))
 
 
+def test_a_non_finite_geom_size_is_named_not_the_inertia_compiled_from_it():
+    """MuJoCo's compiler derives the body's mass, inertia and invweights from an infinite size: the
+    error names the geom's size, the input, and says where a float32 model's inf came from."""
+    xml = SCENE.replace('size="0.1 0.1 0.1"', 'size="{} 0.1 0.1"', 1)
+    assert xml != SCENE
+    with pytest.raises(jsn.ModelError, match=r'^geom_size of geom "box": non-finite value$'):
+        jsn.load_mjcf(xml.format("inf"))
+    with pytest.raises(jsn.ModelError, match=r'^geom_size of geom "box": non-finite value \(float32 holds'):
+        jsn.load_mjcf(xml.format("1e200"), dtype=jnp.float32)
+
+
 def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_deterministic(scene):
     """64 worlds: one NaN control, one exploding under a huge applied force, one with more
     candidate pairs than the contact capacity; the other 61 are bit-identical to a clean run
