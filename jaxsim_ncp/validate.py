@@ -138,8 +138,8 @@ def check_model(model: Model) -> None:
     inputs = [f for f in arrays if f not in _DERIVED] + options
     for field in inputs + [f for f in arrays if f in _DERIVED]:
         value = c.leaf(field)
-        overflow = np.isinf(value).any() and value.dtype == np.float32
-        c.fail(field, ~np.isfinite(value), "non-finite value" + (" (float32 holds magnitudes up to 3.4e38; larger become inf)" if overflow else ""))
+        hint = " (float32 holds magnitudes up to 3.4e38; larger become inf)" if value.dtype == np.float32 else ""
+        c.fail(field, ~np.isfinite(value), "non-finite value" + (hint if np.isinf(value).any() else ""))
 
     c.fail("opt.timestep", ~(c.leaf("opt.timestep") > 0), "must be positive", element_axis=False)
     c.fail("opt.impratio", ~(c.leaf("opt.impratio") > 0), "must be positive", element_axis=False)
