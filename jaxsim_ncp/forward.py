@@ -462,7 +462,8 @@ def step(model: Model, data: Data) -> Data:
     `diverged=True` and keeps its last good state (and time), or, with
     `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
     stops at its iteration limit counts a SOLVER warning; an adaptive integrator that hits
-    max_steps counts INTEGRATOR and diverges like a bad state. Every decision is per world,
+    max_steps counts INTEGRATOR and diverges like a bad state, and so does a world whose model has
+    a parameter `check_model` refuses (BAD_MODEL: a model edited under jit or vmap). Every decision is per world,
     so one bad world in a vmapped batch never changes the others.
     """
     data = validate.conform_data(model, data)
@@ -497,11 +498,12 @@ def step(model: Model, data: Data) -> Data:
         ~data.solver_converged,
         ~completed,
         data.contact.overflow,
+        validate.invalid_parameters(model),
     ])  # fmt: skip
     fired = fired & ~data.diverged  # a frozen world checks nothing more
     warning = data.warning + fired.astype(jnp.int32)
     warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
-    bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR]
+    bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR] | fired[WarningKind.BAD_MODEL]
     # the history buffers record the controls and the buffered sensors' current values, which
     # sensordata does not hold for a delayed sensor (mj_advance recomputes them too)
     buffered = tuple(b.index for b in history.sensor_buffers(model))

@@ -1,8 +1,10 @@
-"""Host-side validation of a Model: every error names the field, the element and, in a batch, the world.
+"""Validation of a Model: every error names the field, the element and, in a batch, the world.
 
 `check_model` runs at load (`from_mujoco`) and should be called after editing
 parameters with `eqx.tree_at` outside of traced code. It accepts a single model or a
 batch of models stacked along leading axes (as `jax.vmap` over models uses them).
+`invalid_parameters` evaluates the same rules in traced code: `step` flags a world whose
+model breaks one (`WarningKind.BAD_MODEL`) and holds its state.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxtyping import Array, Bool
 
 from . import dcmotor
 from .types import Data, DynType, JointType, Model
@@ -102,9 +106,14 @@ def conform_data(model: Model, data: Data) -> Data:
 
 
 class _Checker:
-    def __init__(self, model: Model):
-        self.model = model
+    """Evaluates the parameter rules on the host (`xp = np`: a rule raises naming the first bad entry)
+    or in traced code (`xp = jnp`: each rule is one test over all its fields' values, and `flag` ORs
+    them: a few dozen operations added to a step's program)."""
+
+    def __init__(self, model: Model, xp=np):
+        self.model, self.xp = model, xp
         self.batch_ndim = np.ndim(model.body_mass) - 1  # leading axes of a stacked batch of models
+        self.found: list = []
 
     def fail(self, field: str, bad: np.ndarray, what: str, element_axis: bool = True) -> None:
         """Raise naming the first True entry of `bad` (batch axes first, then the element index)."""
@@ -117,85 +126,123 @@ class _Checker:
             element = f" of {_element(self.model, field, int(where[self.batch_ndim]))}"
         raise ModelError(f"{field}{element}{world}: {what}")
 
-    def leaf(self, field: str) -> np.ndarray:
+    def leaf(self, field: str):
         if field.startswith("opt."):
-            return np.asarray(getattr(self.model.opt, field[4:]))
-        return np.asarray(getattr(self.model, field))
+            return self.xp.asarray(getattr(self.model.opt, field[4:]))
+        return self.xp.asarray(getattr(self.model, field))
+
+    def rule(self, fields, bad_of, what, values=None, row: int = 0) -> None:
+        """`bad_of(x)` marks the invalid entries of a field's values x (rows of `row` numbers along the
+        last axis, or single numbers for row = 0); `values` replaces the fields' own (a masked copy);
+        `what` says why (or makes the text from the field's values)."""
+        values = [self.leaf(f) for f in fields] if values is None else values
+        if self.xp is jnp:
+            stacked = jnp.concatenate([jnp.reshape(v, (-1, row) if row else (-1,)) for v in values])
+            self.found.append(jnp.ravel(bad_of(stacked)))
+            return
+        for field, value in zip(fields, values):
+            bad = bad_of(value)
+            per_element = bad.shape[: self.batch_ndim + 1]
+            if bad.ndim > len(per_element):  # several numbers per element: the element is bad if one is
+                bad = bad.reshape(per_element + (int(np.prod(bad.shape[len(per_element) :])),)).any(-1)
+            self.fail(field, bad, what(value) if callable(what) else what, element_axis=not field.startswith("opt."))
+
+    @property
+    def flag(self) -> Bool[Array, ""]:
+        return jnp.any(jnp.concatenate(self.found))
+
+
+def _arrays(model: Model) -> list[str]:
+    return [f for f, v in vars(model).items() if hasattr(v, "dtype") and hasattr(v, "shape")]
 
 
 def check_model(model: Model) -> None:
     """Raise ModelError naming the first invalid parameter: field, element (by name) and world."""
-    c = _Checker(model)
-    arrays = [f for f, v in vars(model).items() if hasattr(v, "dtype") and hasattr(v, "shape")]
-    for field in arrays:  # sizes: an edit with eqx.tree_at must keep each field's shape
+    for field in _arrays(model):  # sizes: an edit with eqx.tree_at must keep each field's shape
         expected = _expected_shape(model, field)
-        shape = np.shape(getattr(model, field))[c.batch_ndim :]
+        shape = np.shape(getattr(model, field))[np.ndim(model.body_mass) - 1 :]
         if expected is not None and (
             len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape))
         ):
             raise ModelError(f"{field} has shape {shape}, expected {tuple('?' if e is None else e for e in expected)}")
-    options = ["opt.timestep", "opt.gravity", "opt.impratio", "opt.density", "opt.viscosity", "opt.wind"]
-    inputs = [f for f in arrays if f not in _DERIVED] + options
-    for field in inputs + [f for f in arrays if f in _DERIVED]:
-        value = c.leaf(field)
-        hint = " (float32 holds magnitudes up to 3.4e38; larger become inf)" if value.dtype == np.float32 else ""
-        c.fail(field, ~np.isfinite(value), "non-finite value" + (hint if np.isinf(value).any() else ""))
+    _parameter_rules(_Checker(model))
 
-    c.fail("opt.timestep", ~(c.leaf("opt.timestep") > 0), "must be positive", element_axis=False)
-    c.fail("opt.impratio", ~(c.leaf("opt.impratio") > 0), "must be positive", element_axis=False)
-    for field in ("opt.density", "opt.viscosity"):
-        c.fail(field, c.leaf(field) < 0, "must be non-negative", element_axis=False)
-        if not model.opt.fluid:  # the fluid model is chosen at load; a medium added later would be ignored
-            c.fail(field, c.leaf(field) != 0, "is nonzero but the model was loaded without a medium: fluid forces "
-                   "are compiled in when the MJCF's option/density or option/viscosity is nonzero", element_axis=False)  # fmt: skip
+
+def invalid_parameters(model: Model) -> Bool[Array, ""]:
+    """True where `check_model` would raise on a parameter's value: the traced check `step` runs, so a
+    model edited inside jit or vmap (one world of a batch of models) is flagged (WarningKind.BAD_MODEL)
+    instead of simulated wrongly. `check_model` on the host names the field."""
+    c = _Checker(model, jnp)
+    _parameter_rules(c)
+    return c.flag
+
+
+_NON_NEGATIVE = ("dof_damping", "dof_armature", "tendon_armature", "actuator_damping", "actuator_armature",
+                 "dof_frictionloss", "jnt_stiffness", "jnt_margin", "jnt_springyield", "tendon_springyield",
+                 "geom_margin", "geom_gap", "pair_margin", "pair_gap", "actuator_delay", "sensor_delay",
+                 "opt.density", "opt.viscosity")  # fmt: skip
+_SOLREF = ("dof_solref", "jnt_solref", "geom_solref", "pair_solref", "pair_solreffriction", "eq_solref")
+_SOLIMP = ("dof_solimp", "jnt_solimp", "geom_solimp", "pair_solimp", "eq_solimp")
+
+
+def _solref_bad(ref):
+    standard_bad = (ref[..., 0] > 0) & ~(ref[..., 1] > 0)  # negative damping ratio
+    direct_bad = (ref[..., 0] <= 0) & (ref[..., 1] > 0)  # negative damping
+    return standard_bad | direct_bad
+
+
+def _solimp_bad(imp):
+    return (
+        (imp[..., 0] < 0) | (imp[..., 0] > 1) | (imp[..., 1] < 0) | (imp[..., 1] > 1) | (imp[..., 2] < 0)
+        | (imp[..., 3] <= 0) | (imp[..., 3] >= 1) | (imp[..., 4] < 1)
+    )  # fmt: skip
+
+
+def _triangle_bad(inertia):
+    i1, i2, i3 = inertia[..., 0], inertia[..., 1], inertia[..., 2]
+    slack = 1e-6 * (i1 + i2 + i3)
+    return (i1 + i2 < i3 - slack) | (i1 + i3 < i2 - slack) | (i2 + i3 < i1 - slack)
+
+
+def _parameter_rules(c: _Checker) -> None:
+    """check_model's rules on the parameters' values (the same for the host and the traced check)."""
+    model, xp = c.model, c.xp
+    arrays = _arrays(model)
+    options = ["opt.timestep", "opt.gravity", "opt.impratio", "opt.density", "opt.viscosity", "opt.wind"]
+    floating = [f for f in arrays + options if np.issubdtype(c.leaf(f).dtype, np.floating)]
+    # the inputs first: a non-finite geom size makes the inertia compiled from it non-finite too
+    floating = [f for f in floating if f not in _DERIVED] + [f for f in floating if f in _DERIVED]
+    overflow = " (float32 holds magnitudes up to 3.4e38; larger become inf)" if model.dtype == np.float32 else ""
+    c.rule(floating, lambda x: ~xp.isfinite(x), lambda x: "non-finite value" + (overflow if xp.isinf(x).any() else ""),
+           values=[c.leaf(f).astype(model.dtype) for f in floating])  # fmt: skip
+    c.rule(("opt.timestep", "opt.impratio"), lambda x: ~(x > 0), "must be positive")
+    c.rule(_NON_NEGATIVE, lambda x: x < 0, "must be non-negative")
+    c.rule(("geom_friction", "pair_friction"), lambda x: x < 0, "friction coefficients must be non-negative")
+    if not model.opt.fluid:  # the fluid model is chosen at load; a medium added later would be ignored
+        c.rule(("opt.density", "opt.viscosity"), lambda x: x != 0, "is nonzero but the model was loaded without a "
+               "medium: fluid forces are compiled in when the MJCF's option/density or option/viscosity is nonzero")  # fmt: skip
 
     topo = model.topology
     moving = np.asarray(topo.body_jntnum) > 0  # MuJoCo's rule: welded (jointless) children may be massless
-    mass, inertia = c.leaf("body_mass"), c.leaf("body_inertia")
-    c.fail("body_mass", (mass < 0) | (moving & ~(mass > 0)), "must be positive for a moving body (non-negative otherwise)")
-    c.fail("body_inertia", np.any((inertia < 0) | (moving[:, None] & ~(inertia > 0)), axis=-1),
-           "principal inertias must be positive for a moving body (non-negative otherwise)")  # fmt: skip
-    i1, i2, i3 = inertia[..., 0], inertia[..., 1], inertia[..., 2]
-    slack = 1e-6 * (i1 + i2 + i3)
-    c.fail("body_inertia", (i1 + i2 < i3 - slack) | (i1 + i3 < i2 - slack) | (i2 + i3 < i1 - slack),
-           "principal inertias violate the triangle inequality (no rigid body has them)")  # fmt: skip
+    c.rule(("body_mass",), lambda x: (x < 0) | (moving & ~(x > 0)), "must be positive for a moving body (non-negative otherwise)")
+    c.rule(("body_inertia",), lambda x: (x < 0) | (moving[:, None] & ~(x > 0)),
+           "principal inertias must be positive for a moving body (non-negative otherwise)", row=3)  # fmt: skip
+    c.rule(("body_inertia",), _triangle_bad, "principal inertias violate the triangle inequality (no rigid body has them)", row=3)
 
-    for field in ("dof_damping", "dof_armature", "tendon_armature", "actuator_damping", "actuator_armature", "dof_frictionloss", "jnt_stiffness", "jnt_margin",
-                  "jnt_springyield", "tendon_springyield",
-                  "geom_margin", "geom_gap", "pair_margin", "pair_gap", "actuator_delay", "sensor_delay"):  # fmt: skip
-        c.fail(field, c.leaf(field) < 0, "must be non-negative")
-    for field in ("geom_friction", "pair_friction"):
-        c.fail(field, np.any(c.leaf(field) < 0, axis=-1), "friction coefficients must be non-negative")
-
-    size = c.leaf("geom_size")
     gtype = np.asarray(topo.geom_type)
     used = np.arange(3)[None, :] < np.asarray([_GEOM_SIZES.get(int(t), 0) for t in gtype])[:, None]
-    c.fail("geom_size", np.any(used & ~(size > 0), axis=-1), "sizes must be positive")
+    c.rule(("geom_size",), lambda x: used & ~(x > 0), "sizes must be positive", row=3)
 
-    for field in ("dof_solref", "jnt_solref", "geom_solref", "pair_solref", "pair_solreffriction", "eq_solref"):
-        ref = c.leaf(field)
-        standard_bad = (ref[..., 0] > 0) & ~(ref[..., 1] > 0)  # negative damping ratio
-        direct_bad = (ref[..., 0] <= 0) & (ref[..., 1] > 0)  # negative damping
-        c.fail(field, standard_bad | direct_bad,
-               "invalid solref: (timeconst > 0, dampratio > 0) or (-stiffness <= 0, -damping <= 0)")  # fmt: skip
-    for field in ("dof_solimp", "jnt_solimp", "geom_solimp", "pair_solimp", "eq_solimp"):
-        imp = c.leaf(field)
-        bad = (
-            (imp[..., 0] < 0) | (imp[..., 0] > 1) | (imp[..., 1] < 0) | (imp[..., 1] > 1) | (imp[..., 2] < 0)
-            | (imp[..., 3] <= 0) | (imp[..., 3] >= 1) | (imp[..., 4] < 1)
-        )  # fmt: skip
-        c.fail(field, bad, "invalid solimp: need 0 <= dmin, dmax <= 1, width >= 0, 0 < midpoint < 1, power >= 1")
+    c.rule(_SOLREF, _solref_bad, "invalid solref: (timeconst > 0, dampratio > 0) or (-stiffness <= 0, -damping <= 0)", row=2)
+    c.rule(_SOLIMP, _solimp_bad, "invalid solimp: need 0 <= dmin, dmax <= 1, width >= 0, 0 < midpoint < 1, power >= 1", row=5)
 
-    for field, limited in (("actuator_ctrlrange", topo.actuator_ctrllimited),
-                           ("actuator_forcerange", topo.actuator_forcelimited),
-                           ("actuator_actrange", topo.actuator_actlimited)):  # fmt: skip
-        rng = c.leaf(field)
-        c.fail(field, np.asarray(limited, bool) & (rng[..., 0] > rng[..., 1]), "range lower bound exceeds upper bound")
+    quat_joint = np.asarray([t in (JointType.FREE, JointType.BALL) for t in topo.jnt_type], bool)
+    ranges = (("actuator_ctrlrange", topo.actuator_ctrllimited), ("actuator_forcerange", topo.actuator_forcelimited),
+              ("actuator_actrange", topo.actuator_actlimited), ("jnt_range", ~quat_joint))  # fmt: skip
+    c.rule([f for f, _ in ranges], lambda r: r[..., 0] > r[..., 1], "range lower bound exceeds upper bound", row=2,
+           values=[xp.where(np.asarray(checked, bool)[:, None], c.leaf(f), 0.0) for f, checked in ranges])  # fmt: skip
     if DynType.DCMOTOR in topo.actuator_dyntype:
         _check_dc_motors(c, topo)
-    quat_joint = np.asarray([t in (JointType.FREE, JointType.BALL) for t in topo.jnt_type], bool)
-    jrange = c.leaf("jnt_range")
-    c.fail("jnt_range", ~quat_joint & (jrange[..., 0] > jrange[..., 1]), "range lower bound exceeds upper bound")
 
 
 def _check_dc_motors(c: _Checker, topo) -> None:
@@ -205,5 +252,6 @@ def _check_dc_motors(c: _Checker, topo) -> None:
     motor = np.asarray(topo.actuator_dyntype) == DynType.DCMOTOR
     for k, (array, column, name) in enumerate(dcmotor.SLOT_PARAMETERS):
         field = f"actuator_{array}"
-        c.fail(field, motor & ((c.leaf(field)[..., column] > 0) != (slots[:, k] >= 0)),
-               f"a DC motor's {name} changed sign: its activation state is fixed when the model is loaded (reload the MJCF)")
+        changed = motor & ((c.leaf(field)[..., column] > 0) != (slots[:, k] >= 0))
+        c.rule((field,), lambda x: x, f"a DC motor's {name} changed sign: its activation state is fixed when the "
+               "model is loaded (reload the MJCF)", values=[changed])  # fmt: skip

@@ -315,9 +315,12 @@ def test_a_non_finite_geom_size_is_named_not_the_inertia_compiled_from_it():
 
 
 def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_deterministic(scene):
-    """64 worlds: one NaN control, one exploding under a huge applied force, one with more
-    candidate pairs than the contact capacity; the other 61 are bit-identical to a clean run
-    of the same program, and repeated runs are bit-identical."""
+    """64 worlds, each with its own copy of the model (as a parameter sweep or system identification
+    batches them): one NaN control, one exploding under a huge applied force, one with more candidate
+    pairs than the contact capacity, and two whose model an optimizer could have made invalid under
+    jit (a NaN solref, which once sank the box through the floor unflagged, and a negative friction).
+    The other 59 are bit-identical to a clean run of the same program, and repeated runs are
+    bit-identical."""
     model = scene
     data = jsn.make_data(model)
     worlds, steps = 64, 30
@@ -326,23 +329,33 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
     qvel = jnp.asarray(rng.normal(scale=0.5, size=(worlds, model.nv))).at[:, 13:].set(0.0)  # the balls start at rest
     ctrl = jnp.asarray(rng.uniform(-1, 1, size=(worlds, steps, model.nu)))
     force = jnp.zeros((worlds, model.nv))
-    run = jax.jit(jax.vmap(lambda q, v, u, f: jsn.rollout(model, data.replace(qpos=q, qvel=v, qfrc_applied=f), u)[1]))
-    clean = run(qpos, qvel, ctrl, force)
-    again = run(qpos, qvel, ctrl, force)
+    models = jax.tree.map(lambda x: jnp.stack([x] * worlds) if isinstance(x, jax.Array) else x, model)
+    axes = jax.tree.map(lambda x: 0 if isinstance(x, jax.Array) else None, model)
+    run = jax.jit(jax.vmap(lambda m, q, v, u, f: jsn.rollout(m, data.replace(qpos=q, qvel=v, qfrc_applied=f), u)[1],
+                           in_axes=(axes, 0, 0, 0, 0)))  # fmt: skip
+    clean = run(models, qpos, qvel, ctrl, force)
+    again = run(models, qpos, qvel, ctrl, force)
     for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(again)):
         np.testing.assert_array_equal(a, b)
 
-    nan_world, exploding_world, full_world = 5, 40, 51
+    nan_world, exploding_world, full_world, nan_solref_world, friction_world = 5, 40, 51, 20, 33
+    bad_models = eqx.tree_at(lambda m: (m.geom_solref, m.geom_friction), models,
+                             (models.geom_solref.at[nan_solref_world, 1, 0].set(jnp.nan),
+                              models.geom_friction.at[friction_world, 2, 0].set(-0.5)))  # fmt: skip
+    with pytest.raises(jsn.ModelError, match=r'geom_solref of geom "box" in world \(20,\): non-finite'):
+        jsn.check_model(bad_models)  # on the host, the error names it
     dirty = run(
+        bad_models,
         qpos.at[full_world, BALL_B_Z].set(0.05),  # ball_b on the floor too: two plane-sphere candidates, capacity 1
         qvel, ctrl.at[nan_world, 7, 0].set(jnp.nan), force.at[exploding_world, 0].set(1e9),
     )  # fmt: skip
-    others = np.setdiff1d(np.arange(worlds), [nan_world, exploding_world, full_world])
+    bad_model_worlds = [nan_solref_world, friction_world]
+    others = np.setdiff1d(np.arange(worlds), [nan_world, exploding_world, full_world] + bad_model_worlds)
     for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(dirty)):
         np.testing.assert_array_equal(np.asarray(a)[others], np.asarray(b)[others])
     assert not np.any(np.asarray(clean.diverged))
     final_flags = np.asarray(dirty.diverged[:, -1])
-    assert np.nonzero(final_flags)[0].tolist() == [nan_world, exploding_world]
+    assert np.nonzero(final_flags)[0].tolist() == sorted([nan_world, exploding_world] + bad_model_worlds)
 
     warning = np.asarray(dirty.warning[:, -1])
     when = np.asarray(dirty.warning_time[:, -1])
@@ -352,6 +365,11 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
     assert warning[full_world, jsn.WarningKind.CONTACTFULL] == steps and when[full_world, jsn.WarningKind.CONTACTFULL] == 0
     assert np.all(warning[others, : jsn.WarningKind.SOLVER] == 0)
     assert np.all(warning[np.r_[others, nan_world, exploding_world], jsn.WarningKind.CONTACTFULL] == 0)
+    # an invalid model is flagged at the first step and its world held at its initial state
+    assert np.all(warning[bad_model_worlds, jsn.WarningKind.BAD_MODEL] == 1)
+    assert np.all(when[bad_model_worlds, jsn.WarningKind.BAD_MODEL] == 0)
+    assert not np.any(warning[np.setdiff1d(np.arange(worlds), bad_model_worlds), jsn.WarningKind.BAD_MODEL])
+    np.testing.assert_array_equal(np.asarray(dirty.qpos)[bad_model_worlds, -1], np.asarray(qpos)[bad_model_worlds])
     # the diverged worlds keep their last good state, finite
     assert np.all(np.isfinite(np.asarray(dirty.qpos)))
     np.testing.assert_array_equal(dirty.qpos[nan_world, 7], dirty.qpos[nan_world, 6])
