@@ -106,13 +106,14 @@ def conform_data(model: Model, data: Data) -> Data:
 
 
 class _Checker:
-    """Evaluates the parameter rules on the host (`xp = np`: a rule raises naming the first bad entry)
-    or in traced code (`xp = jnp`: each rule is one test over all its fields' values, and `flag` ORs
-    them: a few dozen operations added to a step's program)."""
+    """Evaluates the parameter rules on the host (`traced=False`: a rule raises naming the first bad
+    entry) or for `step` (`traced=True`: a field whose values are known while tracing, a model closed
+    over, is checked on the host at trace time and adds nothing to the program; each rule tests its
+    traced fields once, stacked, and `flag` ORs the rules)."""
 
-    def __init__(self, model: Model, xp=np):
-        self.model, self.xp = model, xp
-        self.batch_ndim = np.ndim(model.body_mass) - 1  # leading axes of a stacked batch of models
+    def __init__(self, model: Model, traced: bool = False):
+        self.model, self.traced = model, traced
+        self.batch_ndim = 0 if traced else np.ndim(model.body_mass) - 1  # leading axes of a stacked batch of models
         self.found: list = []
 
     def fail(self, field: str, bad: np.ndarray, what: str, element_axis: bool = True) -> None:
@@ -127,29 +128,36 @@ class _Checker:
         raise ModelError(f"{field}{element}{world}: {what}")
 
     def leaf(self, field: str):
-        if field.startswith("opt."):
-            return self.xp.asarray(getattr(self.model.opt, field[4:]))
-        return self.xp.asarray(getattr(self.model, field))
+        value = getattr(self.model.opt, field[4:]) if field.startswith("opt.") else getattr(self.model, field)
+        return value if isinstance(value, jax.core.Tracer) else np.asarray(value)
 
-    def rule(self, fields, bad_of, what, values=None, row: int = 0) -> None:
-        """`bad_of(x)` marks the invalid entries of a field's values x (rows of `row` numbers along the
-        last axis, or single numbers for row = 0); `values` replaces the fields' own (a masked copy);
-        `what` says why (or makes the text from the field's values)."""
-        values = [self.leaf(f) for f in fields] if values is None else values
-        if self.xp is jnp:
-            stacked = jnp.concatenate([jnp.reshape(v, (-1, row) if row else (-1,)) for v in values])
-            self.found.append(jnp.ravel(bad_of(stacked)))
-            return
+    def rule(self, fields, bad_of, what, row: int = 0) -> None:
+        """`bad_of(x)` marks the invalid entries of a field's values x, a NumPy array or a tracer (rows
+        of `row` numbers along the last axis, or single numbers for row = 0); `what` says why (or makes
+        the text from the field's values)."""
+        values = [self.leaf(f) for f in fields]
+        tracers = [v for v in values if isinstance(v, jax.core.Tracer)]
+        if tracers and not self.traced:
+            raise TypeError("check_model reads the parameters' values on the host: call it outside jit and vmap "
+                            "(inside, step flags an invalid model per world: WarningKind.BAD_MODEL)")  # fmt: skip
         for field, value in zip(fields, values):
+            if isinstance(value, jax.core.Tracer):
+                continue
             bad = bad_of(value)
+            if self.traced:
+                self.found += [jnp.ones(1, bool)] if np.any(bad) else []
+                continue
             per_element = bad.shape[: self.batch_ndim + 1]
             if bad.ndim > len(per_element):  # several numbers per element: the element is bad if one is
                 bad = bad.reshape(per_element + (int(np.prod(bad.shape[len(per_element) :])),)).any(-1)
             self.fail(field, bad, what(value) if callable(what) else what, element_axis=not field.startswith("opt."))
+        if tracers:
+            stacked = jnp.concatenate([jnp.reshape(v, (-1, row) if row else (-1,)) for v in tracers])
+            self.found.append(jnp.ravel(bad_of(stacked)))
 
     @property
     def flag(self) -> Bool[Array, ""]:
-        return jnp.any(jnp.concatenate(self.found))
+        return jnp.any(jnp.concatenate(self.found)) if self.found else jnp.zeros((), bool)
 
 
 def _arrays(model: Model) -> list[str]:
@@ -172,7 +180,7 @@ def invalid_parameters(model: Model) -> Bool[Array, ""]:
     """True where `check_model` would raise on a parameter's value: the traced check `step` runs, so a
     model edited inside jit or vmap (one world of a batch of models) is flagged (WarningKind.BAD_MODEL)
     instead of simulated wrongly. `check_model` on the host names the field."""
-    c = _Checker(model, jnp)
+    c = _Checker(model, traced=True)
     _parameter_rules(c)
     return c.flag
 
@@ -206,21 +214,20 @@ def _triangle_bad(inertia):
 
 def _parameter_rules(c: _Checker) -> None:
     """check_model's rules on the parameters' values (the same for the host and the traced check)."""
-    model, xp = c.model, c.xp
+    model = c.model
     arrays = _arrays(model)
     options = ["opt.timestep", "opt.gravity", "opt.impratio", "opt.density", "opt.viscosity", "opt.wind"]
     floating = [f for f in arrays + options if np.issubdtype(c.leaf(f).dtype, np.floating)]
     # the inputs first: a non-finite geom size makes the inertia compiled from it non-finite too
     floating = [f for f in floating if f not in _DERIVED] + [f for f in floating if f in _DERIVED]
     overflow = " (float32 holds magnitudes up to 3.4e38; larger become inf)" if model.dtype == np.float32 else ""
-    c.rule(floating, lambda x: ~xp.isfinite(x), lambda x: "non-finite value" + (overflow if xp.isinf(x).any() else ""),
-           values=[c.leaf(f).astype(model.dtype) for f in floating])  # fmt: skip
+    c.rule(floating, lambda x: ~(jnp.isfinite(x) if isinstance(x, jax.core.Tracer) else np.isfinite(x)), lambda x: "non-finite value" + (overflow if np.isinf(x).any() else ""))
     c.rule(("opt.timestep", "opt.impratio"), lambda x: ~(x > 0), "must be positive")
     c.rule(_NON_NEGATIVE, lambda x: x < 0, "must be non-negative")
     c.rule(("geom_friction", "pair_friction"), lambda x: x < 0, "friction coefficients must be non-negative")
     if not model.opt.fluid:  # the fluid model is chosen at load; a medium added later would be ignored
-        c.rule(("opt.density", "opt.viscosity"), lambda x: x != 0, "is nonzero but the model was loaded without a "
-               "medium: fluid forces are compiled in when the MJCF's option/density or option/viscosity is nonzero")  # fmt: skip
+        c.rule(("opt.density", "opt.viscosity"), lambda x: x != 0, "is nonzero but the model was loaded without "
+               "a medium: fluid forces are compiled in when the MJCF's option/density or option/viscosity is nonzero")  # fmt: skip
 
     topo = model.topology
     moving = np.asarray(topo.body_jntnum) > 0  # MuJoCo's rule: welded (jointless) children may be massless
@@ -237,10 +244,10 @@ def _parameter_rules(c: _Checker) -> None:
     c.rule(_SOLIMP, _solimp_bad, "invalid solimp: need 0 <= dmin, dmax <= 1, width >= 0, 0 < midpoint < 1, power >= 1", row=5)
 
     quat_joint = np.asarray([t in (JointType.FREE, JointType.BALL) for t in topo.jnt_type], bool)
-    ranges = (("actuator_ctrlrange", topo.actuator_ctrllimited), ("actuator_forcerange", topo.actuator_forcelimited),
-              ("actuator_actrange", topo.actuator_actlimited), ("jnt_range", ~quat_joint))  # fmt: skip
-    c.rule([f for f, _ in ranges], lambda r: r[..., 0] > r[..., 1], "range lower bound exceeds upper bound", row=2,
-           values=[xp.where(np.asarray(checked, bool)[:, None], c.leaf(f), 0.0) for f, checked in ranges])  # fmt: skip
+    for field, checked in (("actuator_ctrlrange", topo.actuator_ctrllimited), ("actuator_forcerange", topo.actuator_forcelimited),
+                           ("actuator_actrange", topo.actuator_actlimited), ("jnt_range", ~quat_joint)):  # fmt: skip
+        checked = np.asarray(checked, bool)
+        c.rule((field,), lambda r, checked=checked: checked & (r[..., 0] > r[..., 1]), "range lower bound exceeds upper bound", row=2)
     if DynType.DCMOTOR in topo.actuator_dyntype:
         _check_dc_motors(c, topo)
 
@@ -252,6 +259,7 @@ def _check_dc_motors(c: _Checker, topo) -> None:
     motor = np.asarray(topo.actuator_dyntype) == DynType.DCMOTOR
     for k, (array, column, name) in enumerate(dcmotor.SLOT_PARAMETERS):
         field = f"actuator_{array}"
-        changed = motor & ((c.leaf(field)[..., column] > 0) != (slots[:, k] >= 0))
-        c.rule((field,), lambda x: x, f"a DC motor's {name} changed sign: its activation state is fixed when the "
-               "model is loaded (reload the MJCF)", values=[changed])  # fmt: skip
+        present = slots[:, k] >= 0
+        c.rule((field,), lambda x, column=column, present=present: motor & ((x[..., column] > 0) != present),
+               f"a DC motor's {name} changed sign: its activation state is fixed when the model is loaded (reload the MJCF)",
+               row=np.shape(c.leaf(field))[-1])  # fmt: skip
