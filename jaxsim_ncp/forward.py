@@ -466,6 +466,13 @@ def step(model: Model, data: Data) -> Data:
     a parameter `check_model` refuses (BAD_MODEL: a model edited under jit or vmap). Every decision is per world,
     so one bad world in a vmapped batch never changes the others.
     """
+    return _checked_step(model, data, validate.invalid_parameters(model))
+
+
+@jax.jit
+def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
+    """`step`, with the model's parameter check given (`rollout` makes it once, outside its loop: in
+    the loop the model's leaves are carried accumulators, batched like the state)."""
     data = validate.conform_data(model, data)
     ctrl, qfrc_applied, xfrc_applied = data.ctrl, data.qfrc_applied, data.xfrc_applied
     bad_input = ~_all_finite(ctrl, qfrc_applied, xfrc_applied)
@@ -498,7 +505,7 @@ def step(model: Model, data: Data) -> Data:
         ~data.solver_converged,
         ~completed,
         data.contact.overflow,
-        validate.invalid_parameters(model),
+        invalid_model,
     ])  # fmt: skip
     fired = fired & ~data.diverged  # a frozen world checks nothing more
     warning = data.warning + fired.astype(jnp.int32)
@@ -575,14 +582,16 @@ def rollout(
     # only the leaves a step reads go through `renormalize`: its backward pass is one opaque node, so
     # every leaf in it keeps its derivative alive, and the derived fields (contacts, Jacobians, ...)
     # would be differentiated through every step although the next step recomputes them
-    reads = adjoint.leaves_read(step, model, data) if rescale_adjoint else None
+    invalid_model = validate.invalid_parameters(model)
+    model_step = lambda m, d: _checked_step(m, d, invalid_model)  # noqa: E731
+    reads = adjoint.leaves_read(model_step, model, data) if rescale_adjoint else None
 
     def body(carry, u):
         d, ls, acc = carry
         acc, taps = ops.rescaled(acc, ls)
         d, ls = ops.renormalize(d, ls, taps, reads)
         u, ls = ops.unscaled(u, ls)
-        d = step(ops.borrow(model, acc), d.replace(ctrl=u))
+        d = model_step(ops.borrow(model, acc), d.replace(ctrl=u))
         out, ls = ops.emitted(d, ls)
         return (d, ls, acc), out
 
