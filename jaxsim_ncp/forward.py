@@ -463,7 +463,7 @@ def step(model: Model, data: Data) -> Data:
     `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
     stops at its iteration limit counts a SOLVER warning; an adaptive integrator that hits
     max_steps counts INTEGRATOR and diverges like a bad state, and so does a world whose model
-    has a parameter `check_model` refuses (BAD_MODEL: a model edited under jit or vmap). Every
+    has a parameter no step can be computed with (BAD_MODEL: a model edited under jit or vmap). Every
     decision is per world, so one bad world in a vmapped batch never changes the others.
     """
     return _checked_step(model, data, validate.invalid_parameters(model))

@@ -71,8 +71,9 @@ class WarningKind(IntEnum):
     INTEGRATOR = 5  # the adaptive integrator hit max_steps before the end of the step (the world diverges)
     CONTACTFULL = 6  # more candidate pairs than opt.max_geom_pairs (the farthest were not collided), or more
     # contacts of a condim than opt.max_contact_points (the shallowest got no rows)
-    BAD_MODEL = 7  # a parameter check_model refuses (non-finite, negative mass, invalid solref, ...), e.g. set
-    # inside jit or vmap: the world diverges at once (check_model on the host names the field)
+    BAD_MODEL = 7  # a parameter no step can be computed with (non-finite; timestep, impratio, a moving body's mass
+    # or inertia or a geom size not positive), e.g. set inside jit or vmap: the world diverges at once
+    # (check_model on the host names the field)
 
 
 NWARNING = len(WarningKind)

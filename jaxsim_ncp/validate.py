@@ -3,8 +3,9 @@
 `check_model` runs at load (`from_mujoco`) and should be called after editing
 parameters with `eqx.tree_at` outside of traced code. It accepts a single model or a
 batch of models stacked along leading axes (as `jax.vmap` over models uses them).
-`invalid_parameters` evaluates the same rules in traced code: `step` flags a world whose
-model breaks one (`WarningKind.BAD_MODEL`) and holds its state.
+`invalid_parameters` evaluates the rules a step cannot be computed without (non-finite values,
+non-positive timestep, masses, inertias, sizes) in traced code: `step` flags a world whose model
+breaks one (`WarningKind.BAD_MODEL`) and holds its state.
 """
 
 from __future__ import annotations
@@ -131,10 +132,14 @@ class _Checker:
         value = getattr(self.model.opt, field[4:]) if field.startswith("opt.") else getattr(self.model, field)
         return value if isinstance(value, jax.core.Tracer) else np.asarray(value)
 
-    def rule(self, fields, bad_of, what, row: int = 0) -> None:
+    def rule(self, fields, bad_of, what, row: int = 0, at_runtime: bool = False) -> None:
         """`bad_of(x)` marks the invalid entries of a field's values x, a NumPy array or a tracer (rows
         of `row` numbers along the last axis, or single numbers for row = 0); `what` says why (or makes
-        the text from the field's values)."""
+        the text from the field's values). `at_runtime`: `step` checks it too (values it cannot compute
+        with; the others describe no real body but are computed as MuJoCo does, e.g. a negative
+        friction is clamped, and finite differences may cross them)."""
+        if self.traced and not at_runtime:
+            return
         values = [self.leaf(f) for f in fields]
         tracers = [v for v in values if isinstance(v, jax.core.Tracer)]
         if tracers and not self.traced:
@@ -177,9 +182,10 @@ def check_model(model: Model) -> None:
 
 
 def invalid_parameters(model: Model) -> Bool[Array, ""]:
-    """True where `check_model` would raise on a parameter's value: the traced check `step` runs, so a
-    model edited inside jit or vmap (one world of a batch of models) is flagged (WarningKind.BAD_MODEL)
-    instead of simulated wrongly. `check_model` on the host names the field."""
+    """True where a parameter's value breaks a rule marked `at_runtime` (one no step can be computed
+    with): the traced check `step` runs, so a model edited inside jit or vmap (one world of a batch of
+    models) is flagged (WarningKind.BAD_MODEL) instead of simulated wrongly. `check_model` on the host
+    names the field."""
     c = _Checker(model, traced=True)
     _parameter_rules(c)
     return c.flag
@@ -221,8 +227,9 @@ def _parameter_rules(c: _Checker) -> None:
     # the inputs first: a non-finite geom size makes the inertia compiled from it non-finite too
     floating = [f for f in floating if f not in _DERIVED] + [f for f in floating if f in _DERIVED]
     overflow = " (float32 holds magnitudes up to 3.4e38; larger become inf)" if model.dtype == np.float32 else ""
-    c.rule(floating, lambda x: ~(jnp.isfinite(x) if isinstance(x, jax.core.Tracer) else np.isfinite(x)), lambda x: "non-finite value" + (overflow if np.isinf(x).any() else ""))
-    c.rule(("opt.timestep", "opt.impratio"), lambda x: ~(x > 0), "must be positive")
+    c.rule(floating, lambda x: ~(jnp.isfinite(x) if isinstance(x, jax.core.Tracer) else np.isfinite(x)),
+           lambda x: "non-finite value" + (overflow if np.isinf(x).any() else ""), at_runtime=True)  # fmt: skip
+    c.rule(("opt.timestep", "opt.impratio"), lambda x: ~(x > 0), "must be positive", at_runtime=True)
     c.rule(_NON_NEGATIVE, lambda x: x < 0, "must be non-negative")
     c.rule(("geom_friction", "pair_friction"), lambda x: x < 0, "friction coefficients must be non-negative")
     if not model.opt.fluid:  # the fluid model is chosen at load; a medium added later would be ignored
@@ -231,14 +238,15 @@ def _parameter_rules(c: _Checker) -> None:
 
     topo = model.topology
     moving = np.asarray(topo.body_jntnum) > 0  # MuJoCo's rule: welded (jointless) children may be massless
-    c.rule(("body_mass",), lambda x: (x < 0) | (moving & ~(x > 0)), "must be positive for a moving body (non-negative otherwise)")
-    c.rule(("body_inertia",), lambda x: (x < 0) | (moving[:, None] & ~(x > 0)),
-           "principal inertias must be positive for a moving body (non-negative otherwise)", row=3)  # fmt: skip
+    c.rule(("body_mass",), lambda x: moving & ~(x > 0), "must be positive for a moving body", at_runtime=True)
+    c.rule(("body_inertia",), lambda x: moving[:, None] & ~(x > 0), "principal inertias must be positive for a moving body",
+           row=3, at_runtime=True)  # fmt: skip
+    c.rule(("body_mass", "body_inertia"), lambda x: x < 0, "must be non-negative")
     c.rule(("body_inertia",), _triangle_bad, "principal inertias violate the triangle inequality (no rigid body has them)", row=3)
 
     gtype = np.asarray(topo.geom_type)
     used = np.arange(3)[None, :] < np.asarray([_GEOM_SIZES.get(int(t), 0) for t in gtype])[:, None]
-    c.rule(("geom_size",), lambda x: used & ~(x > 0), "sizes must be positive", row=3)
+    c.rule(("geom_size",), lambda x: used & ~(x > 0), "sizes must be positive", row=3, at_runtime=True)
 
     c.rule(_SOLREF, _solref_bad, "invalid solref: (timeconst > 0, dampratio > 0) or (-stiffness <= 0, -damping <= 0)", row=2)
     c.rule(_SOLIMP, _solimp_bad, "invalid solimp: need 0 <= dmin, dmax <= 1, width >= 0, 0 < midpoint < 1, power >= 1", row=5)

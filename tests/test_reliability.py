@@ -318,7 +318,7 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
     """64 worlds, each with its own copy of the model (as a parameter sweep or system identification
     batches them): one NaN control, one exploding under a huge applied force, one with more candidate
     pairs than the contact capacity, and two whose model an optimizer could have made invalid under
-    jit (a NaN solref, which once sank the box through the floor unflagged, and a negative friction).
+    jit (a NaN solref, which once sank the box through the floor unflagged, and a zero inertia).
     The other 59 are bit-identical to a clean run of the same program, and repeated runs are
     bit-identical."""
     model = scene
@@ -338,10 +338,10 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
     for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(again)):
         np.testing.assert_array_equal(a, b)
 
-    nan_world, exploding_world, full_world, nan_solref_world, friction_world = 5, 40, 51, 20, 33
-    bad_models = eqx.tree_at(lambda m: (m.geom_solref, m.geom_friction), models,
+    nan_world, exploding_world, full_world, nan_solref_world, inertia_world = 5, 40, 51, 20, 33
+    bad_models = eqx.tree_at(lambda m: (m.geom_solref, m.body_inertia), models,
                              (models.geom_solref.at[nan_solref_world, 1, 0].set(jnp.nan),
-                              models.geom_friction.at[friction_world, 2, 0].set(-0.5)))  # fmt: skip
+                              models.body_inertia.at[inertia_world, 2].set(0.0)))  # fmt: skip
     with pytest.raises(jsn.ModelError, match=r'geom_solref of geom "box" in world \(20,\): non-finite'):
         jsn.check_model(bad_models)  # on the host, the error names it
     dirty = run(
@@ -349,7 +349,7 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
         qpos.at[full_world, BALL_B_Z].set(0.05),  # ball_b on the floor too: two plane-sphere candidates, capacity 1
         qvel, ctrl.at[nan_world, 7, 0].set(jnp.nan), force.at[exploding_world, 0].set(1e9),
     )  # fmt: skip
-    bad_model_worlds = [nan_solref_world, friction_world]
+    bad_model_worlds = [nan_solref_world, inertia_world]
     others = np.setdiff1d(np.arange(worlds), [nan_world, exploding_world, full_world] + bad_model_worlds)
     for a, b in zip(jax.tree.leaves(clean), jax.tree.leaves(dirty)):
         np.testing.assert_array_equal(np.asarray(a)[others], np.asarray(b)[others])
