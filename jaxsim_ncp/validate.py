@@ -171,14 +171,15 @@ def _arrays(model: Model) -> list[str]:
 
 def check_model(model: Model) -> None:
     """Raise ModelError naming the first invalid parameter: field, element (by name) and world."""
+    c = _Checker(model)
     for field in _arrays(model):  # sizes: an edit with eqx.tree_at must keep each field's shape
         expected = _expected_shape(model, field)
-        shape = np.shape(getattr(model, field))[np.ndim(model.body_mass) - 1 :]
+        shape = np.shape(getattr(model, field))[c.batch_ndim :]
         if expected is not None and (
             len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape))
         ):
             raise ModelError(f"{field} has shape {shape}, expected {tuple('?' if e is None else e for e in expected)}")
-    _parameter_rules(_Checker(model))
+    _parameter_rules(c)
 
 
 def invalid_parameters(model: Model) -> Bool[Array, ""]:
