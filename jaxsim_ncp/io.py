@@ -194,7 +194,10 @@ def from_mujoco(
             iterations = _NCP_ITERATIONS
 
     dt = default_dtype() if dtype is None else dtype
-    f = lambda x: jnp.asarray(np.asarray(x, dtype=np.float64), dtype=dt)  # noqa: E731
+
+    def f(x):
+        with np.errstate(over="ignore"):  # a float32 overflow becomes inf, which check_model names (field, element)
+            return jnp.asarray(np.asarray(x, dtype=np.float64).astype(dt))
 
     opt = Option(
         timestep=f(m.opt.timestep if timestep is None else timestep),
