@@ -76,6 +76,8 @@ _NCP_ITERATIONS = 30  # the interior-point solver's default iteration budget (Mu
 def load_mjcf(path_or_xml: str | os.PathLike, **overrides) -> Model:
     """Compile an MJCF file path or XML string with MuJoCo and convert it (see `from_mujoco`)."""
     text = os.fspath(path_or_xml)
+    if not text.strip():
+        raise MJCFError("the MJCF is empty: pass a file path or an XML string")
     try:
         if text.lstrip().startswith("<"):
             mj_model = mujoco.MjModel.from_xml_string(text)

@@ -24,6 +24,9 @@ def test_malformed_xml_raises():
         jsn.load_mjcf("<mujoco><worldbody><body></worldbody></mujoco>")
     with pytest.raises(jsn.MJCFError):
         jsn.load_mjcf("<mujoco><worldbody><geom type='sphere' size='-1'/></worldbody></mujoco>")
+    for empty in ("", "  \n"):
+        with pytest.raises(jsn.MJCFError, match="the MJCF is empty"):
+            jsn.load_mjcf(empty)
 
 
 @pytest.mark.parametrize(
