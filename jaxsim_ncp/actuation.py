@@ -45,7 +45,7 @@ def transmission(model: Model, data: Data):
     in_parent = (trntype == TRN_JOINTINPARENT)[:, None]
 
     def gear_axis(g, quat_adr):  # the gear's rotational part, in the parent frame for jointinparent
-        quat = math.normalize(data.qpos[quat_adr[:, None] + np.arange(4)])
+        quat = math.quat_normalize(data.qpos[quat_adr[:, None] + np.arange(4)])
         return jnp.where(in_parent, math.quat_rotate(math.quat_conj(quat), g), g), quat
 
     ball = jtype == JointType.BALL

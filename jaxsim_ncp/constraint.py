@@ -343,7 +343,7 @@ def _joint_limit_rows(model: Model, data: Data) -> Rows:
     dist = jnp.asarray(side, model.dtype) * (bound - q)
     J = jnp.zeros((n, model.nv), model.dtype).at[np.arange(n), dadr].set(jnp.asarray(-side, model.dtype))
     if np.any(is_ball):
-        quat = math.normalize(data.qpos[np.minimum(qadr[:, None] + np.arange(4), model.nq - 1)])
+        quat = math.quat_normalize(data.qpos[np.minimum(qadr[:, None] + np.arange(4), model.nq - 1)])
         rotvec = math.quat_to_rotvec(quat)
         angle = math.safe_norm(rotvec)
         axis = math.normalize(rotvec)

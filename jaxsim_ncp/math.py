@@ -164,6 +164,19 @@ def normalize(x: Float[Array, "... n"], axis: int = -1) -> Float[Array, "... n"]
     return quotient(x, jnp.expand_dims(jnp.where(n == 0.0, 1.0, n), axis))
 
 
+MINVAL = 1e-15  # mjMINVAL
+
+
+@recomputed
+def quat_normalize(q: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
+    """A unit quaternion from q, the identity where |q| < mjMINVAL (mju_normalize4): a zero quaternion
+    in qpos or mocap_quat is a finite input MuJoCo simulates as no rotation; its derivative there is 0."""
+    n = safe_norm(q)[..., None]
+    degenerate = n < MINVAL
+    identity = jnp.zeros_like(q).at[..., 0].set(1.0)
+    return jnp.where(degenerate, identity, quotient(q, jnp.where(degenerate, 1.0, n)))
+
+
 @recomputed
 def quat_mul(a: Float[Array, "... 4"], b: Float[Array, "... 4"]) -> Float[Array, "... 4"]:
     """Hamilton product a * b."""
@@ -232,10 +245,10 @@ def quat_exp_half(rotvec: Float[Array, "... 3"]) -> Float[Array, "... 4"]:
 def quat_integrate(q: Float[Array, "... 4"], omega: Float[Array, "... 3"], h) -> Float[Array, "... 4"]:
     """Advance q by the body-frame angular velocity omega for time h (mju_quatIntegrate).
 
-    q <- normalize(q) * exp(h omega / 2), then renormalized.
+    q <- normalize(q) * exp(h omega / 2), then renormalized (a zero q becomes the identity, as in MuJoCo).
     """
     q = normalize(q)
-    return normalize(quat_mul(q, quat_exp_half(omega * h)))
+    return quat_normalize(quat_mul(q, quat_exp_half(omega * h)))
 
 
 @recomputed

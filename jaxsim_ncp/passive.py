@@ -79,7 +79,7 @@ def spring_displacement(model: Model, qpos, qpos_spring):
     qadr, dadr = topo.quat_coords
     if len(qadr):
         blocks = qadr[:, None] + np.arange(4)
-        rotvec = math.quat_sub(math.normalize(qpos[blocks]), qpos_spring[blocks])
+        rotvec = math.quat_sub(math.quat_normalize(qpos[blocks]), qpos_spring[blocks])
         displacement = displacement.at[dadr[:, None] + np.arange(3)].set(rotvec)
     return displacement
 
@@ -141,7 +141,7 @@ def plasticity(model: Model, data: Data, qpos):
         if width == 1:
             new = jnp.where(q - r > y, q - y, jnp.where(q - r < -y, q + y, r))
         else:
-            q = math.normalize(q)
+            q = math.quat_normalize(q)
             v = math.quat_sub(q, r)
             angle, axis = math.safe_norm(v), math.normalize(v)
             new = jnp.where(angle > y, math.quat_mul(q, math.axis_angle_to_quat(axis, -y)), r)

@@ -496,7 +496,7 @@ def _value(model: Model, data: Data, i: int, shared: _Shared):
         return {
             Sens.JOINTPOS: lambda: data.qpos[q : q + 1],
             Sens.JOINTVEL: lambda: data.qvel[v : v + 1],
-            Sens.BALLQUAT: lambda: math.normalize(data.qpos[q : q + 4]),
+            Sens.BALLQUAT: lambda: math.quat_normalize(data.qpos[q : q + 4]),
             Sens.BALLANGVEL: lambda: data.qvel[v : v + 3],
         }[kind]()
     scalar = {

@@ -43,8 +43,8 @@ def _joint_transforms(model: Model, qpos):
 
     scalar = qpos[qadr] - model.qpos0[qadr]
     hinge_r = math.axis_angle_to_quat(model.jnt_axis, scalar)
-    ball_r = math.normalize(qpos[clip(qadr[:, None] + np.arange(4))])
-    free_r = math.normalize(qpos[clip(qadr[:, None] + 3 + np.arange(4))])
+    ball_r = math.quat_normalize(qpos[clip(qadr[:, None] + np.arange(4))])
+    free_r = math.quat_normalize(qpos[clip(qadr[:, None] + 3 + np.arange(4))])
     free_t = qpos[clip(qadr[:, None] + np.arange(3))]
 
     is_t = lambda t: (jtype == t)[:, None]  # noqa: E731
@@ -88,7 +88,7 @@ def kinematics(model: Model, data: Data) -> Data:
         mocap = np.nonzero(np.asarray(topo.body_mocapid) >= 0)[0]
         ids = np.asarray(topo.body_mocapid)[mocap]
         local_p = local_p.at[mocap].set(data.mocap_pos[ids])
-        local_q = local_q.at[mocap].set(math.normalize(data.mocap_quat[ids]))
+        local_q = local_q.at[mocap].set(math.quat_normalize(data.mocap_quat[ids]))
     jntadr = np.asarray(topo.body_jntadr, dtype=np.int64)
     jntnum = np.asarray(topo.body_jntnum, dtype=np.int64)
     looped_joints = topo.max_body_jntnum > 2

@@ -10,6 +10,7 @@ import warnings
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 
@@ -395,6 +396,55 @@ def test_auto_reset_restarts_a_diverged_world_from_qpos0():
     np.testing.assert_array_equal(final.qpos, model.qpos0)
     np.testing.assert_array_equal(final.qvel, jnp.zeros(model.nv))
     assert float(final.time) == pytest.approx(0.005)
+
+
+ZERO_QUATERNIONS = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="1 1 0.1"/>
+    <body name="box" pos="0 0 0.2"><freejoint/><geom type="box" size="0.1 0.1 0.1"/></body>
+    <body name="arm" pos="1 0 1">
+      <joint name="ball" type="ball" range="0 0.5" limited="true" stiffness="2" damping="0.1"/>
+      <geom type="capsule" fromto="0 0 0 0.2 0 -0.3" size="0.02"/>
+    </body>
+    <body name="target" mocap="true" pos="0 1 0.5"><geom type="box" size="0.05 0.1 0.1" contype="0" conaffinity="0"/></body>
+  </worldbody>
+  <actuator><motor name="twist" joint="ball" gear="0 0 1"/></actuator>
+  <sensor><ballquat joint="ball"/><framequat objtype="body" objname="target"/></sensor>
+</mujoco>
+"""
+
+
+def test_a_zero_quaternion_is_the_identity_as_in_mujoco_with_finite_gradients():
+    """A zero (or round-off) quaternion in qpos or mocap_quat is a finite input: MuJoCo's
+    mju_normalize4 reads it as no rotation (kinematics, springs, limits, sensors, integration). It
+    made a NaN inertia here, a diverged world and NaN gradients."""
+    mj = mujoco.MjModel.from_xml_string(ZERO_QUATERNIONS)
+    model = jsn.from_mujoco(mj, dtype=jnp.float64)
+    qpos = np.array(mj.qpos0)
+    qpos[3:7] = 0.0  # the free body's quaternion
+    qpos[7:11] = [1e-20, 0, 0, 0]  # the ball joint's: |q| below mjMINVAL
+    mocap_quat = np.zeros((1, 4))
+    ctrl = np.full((4, 1), 0.3)
+    mjd = mujoco.MjData(mj)
+    mjd.qpos[:], mjd.mocap_quat[:] = qpos, mocap_quat
+    expected = []
+    for u in ctrl:
+        mjd.ctrl[:] = u
+        mujoco.mj_step(mj, mjd)
+        expected.append((mjd.qpos.copy(), mjd.sensordata.copy()))
+
+    def loss(qpos0):
+        data = jsn.make_data(model).replace(qpos=qpos0, mocap_quat=jnp.asarray(mocap_quat))
+        final, traj = jsn.rollout(model, data, jnp.asarray(ctrl))
+        return jnp.sum(final.qpos**2) + jnp.sum(final.sensordata), traj
+
+    (_, traj), grad = jax.jit(jax.value_and_grad(loss, has_aux=True))(jnp.asarray(qpos))
+    assert not np.any(traj.diverged)
+    for t, (qpos_t, sensordata_t) in enumerate(expected):
+        np.testing.assert_allclose(traj.qpos[t], qpos_t, atol=1e-12)
+        np.testing.assert_allclose(traj.sensordata[t], sensordata_t, atol=1e-12)
+    assert np.all(np.isfinite(grad))
 
 
 def test_unrolled_newton_gradient_stays_finite_where_the_search_direction_vanishes():
