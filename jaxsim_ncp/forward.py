@@ -456,8 +456,9 @@ def step(model: Model, data: Data) -> Data:
     """Advance one timestep with the model's integrator (mj_step).
 
     Per-world checks (counted in `data.warning`, see `WarningKind`): a world with
-    non-finite controls or applied forces (BAD_INPUT; they are zeroed before use, so
-    gradients w.r.t. shared parameters stay finite) or whose acceleration or new state
+    non-finite controls, applied forces or mocap poses (BAD_INPUT; they are zeroed before
+    use, so gradients w.r.t. shared parameters stay finite), a non-finite state on entry
+    (computed with as qpos0 at rest, for the same reason), or whose acceleration or new state
     is non-finite or beyond `opt.maxval` (BAD_QACC, BAD_QPOS, BAD_QVEL) gets
     `diverged=True` and keeps its last good state (and time), or, with
     `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
@@ -474,12 +475,18 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
     """`step`, with the model's parameter check given (`rollout` makes it once, outside its loop: in
     the loop the model's leaves are carried accumulators, batched like the state)."""
     data = validate.conform_data(model, data)
-    ctrl, qfrc_applied, xfrc_applied = data.ctrl, data.qfrc_applied, data.xfrc_applied
-    bad_input = ~_all_finite(ctrl, qfrc_applied, xfrc_applied)
+    given = data  # the world's inputs and state as they came: the held state of a bad world, the returned inputs
+    inputs = ("ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
+    bad_input = ~_all_finite(*(getattr(data, f) for f in inputs))
+    # a non-finite state on entry (a NaN initial state) is computed with as qpos0 at rest, and flagged: its
+    # NaN would otherwise reach the derivatives of parameters the worlds share (0 * NaN)
+    bad_qpos_in, bad_qvel_in = ~_all_finite(data.qpos), ~_all_finite(data.qvel, data.act)
+    bad_state_in = bad_qpos_in | bad_qvel_in
     data = data.replace(
-        ctrl=_finite_or_zero(ctrl),
-        qfrc_applied=_finite_or_zero(qfrc_applied),
-        xfrc_applied=_finite_or_zero(xfrc_applied),
+        **{f: _finite_or_zero(getattr(data, f)) for f in inputs},  # a zero mocap_quat reads as the identity
+        qpos=jnp.where(bad_state_in, model.qpos0.astype(data.qpos.dtype), data.qpos),
+        qvel=jnp.where(bad_state_in, 0.0, data.qvel),
+        act=jnp.where(bad_state_in, 0.0, data.act),
     )
     data = forward(model, data)
     integrator = model.opt.integrator
@@ -499,8 +506,8 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
     maxval = model.opt.maxval
     fired = jnp.stack([
         bad_input,
-        _bad(new.qpos, maxval),
-        _bad(new.qvel, maxval) | _bad(new.act, maxval),
+        bad_qpos_in | _bad(new.qpos, maxval),
+        bad_qvel_in | _bad(new.qvel, maxval) | _bad(new.act, maxval),
         _bad(data.qacc, maxval),
         ~data.solver_converged,
         ~completed,
@@ -522,8 +529,8 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
                     jnp.zeros_like(data.qacc_warmstart), recorded, passive.initial_plastic(model))  # fmt: skip
         diverged = data.diverged
-    else:  # freeze at the last good state
-        fallback = (data.qpos, data.qvel, data.act, data.time, data.qacc_warmstart, data.history, data.plastic)
+    else:  # freeze at the last good state (a state non-finite on entry stays as it came)
+        fallback = (given.qpos, given.qvel, given.act, data.time, data.qacc_warmstart, data.history, data.plastic)
         diverged = data.diverged | bad
     warm = new.qacc_warmstart if integrator == "rk4" else data.qacc  # the last forward's qacc (RK4: its last stage's)
     plastic = passive.plasticity(model, data, new.qpos)  # the springs yield at the new configuration
@@ -537,9 +544,7 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         time=time,
         qacc_warmstart=warmstart,
         history=buffers,
-        ctrl=ctrl,
-        qfrc_applied=qfrc_applied,
-        xfrc_applied=xfrc_applied,
+        **{f: getattr(given, f) for f in inputs},
         diverged=diverged,
         warning=warning,
         warning_time=warning_time,

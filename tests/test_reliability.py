@@ -386,6 +386,46 @@ def test_failing_worlds_are_flagged_and_isolated_and_runs_are_bitwise_determinis
         np.testing.assert_array_equal(a, b)
 
 
+MOCAP_PUSH = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="1 1 0.1"/>
+    <body name="box" pos="0 0 0.1"><freejoint/><geom type="box" size="0.1 0.1 0.1"/></body>
+    <body name="pusher" mocap="true" pos="0.15 0 0.1"><geom type="sphere" size="0.06"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_a_world_with_a_nan_input_or_initial_state_leaves_the_shared_gradient_finite_and_unchanged():
+    """A NaN mocap pose or initial velocity in one world is flagged there (BAD_INPUT, BAD_QVEL) and
+    the gradient of the batch's loss w.r.t. a parameter the worlds share is the clean worlds' alone.
+    Before, the NaN reached it through 0 * NaN in the bad world's backward pass, even with that
+    world's loss masked out."""
+    model = jsn.load_mjcf(MOCAP_PUSH, dtype=jnp.float64)
+    data = jsn.make_data(model)
+    mocap_pos = jnp.stack([data.mocap_pos] * 3)
+    qvel = jnp.stack([data.qvel.at[0].set(-0.2)] * 3)
+
+    def batch_loss(friction, mocap_pos, qvel, weight):
+        def world(mocap_pos, qvel):
+            m = eqx.tree_at(lambda m: m.geom_friction, model, friction)
+            final, _ = jsn.rollout(m, data.replace(mocap_pos=mocap_pos, qvel=qvel), jnp.zeros((3, 0)))
+            return jnp.where(final.diverged, 0.0, jnp.sum(final.qpos**2)), final
+
+        losses, final = jax.vmap(world)(mocap_pos, qvel)
+        return jnp.sum(weight * losses), final
+
+    grad = jax.jit(jax.grad(batch_loss, has_aux=True))
+    clean, _ = grad(model.geom_friction, mocap_pos, qvel, jnp.array([1.0, 0.0, 0.0]))
+    dirty, final = grad(model.geom_friction, mocap_pos.at[1, 0, 0].set(jnp.nan), qvel.at[2, 1].set(jnp.nan), jnp.ones(3))
+    assert np.asarray(final.diverged).tolist() == [False, True, True]
+    assert final.warning[1, jsn.WarningKind.BAD_INPUT] == 1 and final.warning[2, jsn.WarningKind.BAD_QVEL] == 1
+    assert np.isnan(final.qvel[2, 1])  # the state it came with is held, not replaced
+    assert np.any(clean != 0.0)
+    np.testing.assert_allclose(dirty, clean, rtol=1e-12, atol=0)
+
+
 def test_auto_reset_restarts_a_diverged_world_from_qpos0():
     model = jsn.load_mjcf(SCENE, auto_reset=True, maxval=1e3)
     data = jsn.make_data(model)
