@@ -441,8 +441,15 @@ def _all_finite(*arrays) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
 
 
-def _finite_or_zero(x):
-    return jnp.where(jnp.isfinite(x), x, 0.0)
+def _sane(x: jax.Array) -> jax.Array:
+    """Entries of an input a step can compute with: finite, and beneath the square root of the dtype's
+    largest number (a float32 force of 1e30 made inf inside the step, and 0 * inf = NaN in its backward
+    pass reached the gradient of parameters the worlds share)."""
+    return jnp.abs(x) <= np.sqrt(jnp.finfo(x.dtype).max)  # NaN compares False
+
+
+def _sane_or_zero(x):
+    return jnp.where(_sane(x), x, 0.0)
 
 
 def _bad(x: jax.Array, maxval: float) -> jax.Array:
@@ -456,9 +463,10 @@ def step(model: Model, data: Data) -> Data:
     """Advance one timestep with the model's integrator (mj_step).
 
     Per-world checks (counted in `data.warning`, see `WarningKind`): a world with
-    non-finite controls, applied forces or mocap poses (BAD_INPUT; they are zeroed before
-    use, so gradients w.r.t. shared parameters stay finite), a non-finite state on entry
-    (computed with as qpos0 at rest, for the same reason), or whose acceleration or new state
+    controls, applied forces or mocap poses that are non-finite or beyond the square root of
+    the dtype's largest number (BAD_INPUT; they are zeroed before use, so gradients w.r.t.
+    shared parameters stay finite), a non-finite state on entry (computed with as qpos0 at
+    rest, for the same reason), or whose acceleration or new state
     is non-finite or beyond `opt.maxval` (BAD_QACC, BAD_QPOS, BAD_QVEL) gets
     `diverged=True` and keeps its last good state (and time), or, with
     `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
@@ -477,13 +485,13 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
     data = validate.conform_data(model, data)
     given = data  # the world's inputs and state as they came: the held state of a bad world, the returned inputs
     inputs = ("ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
-    bad_input = ~_all_finite(*(getattr(data, f) for f in inputs))
+    bad_input = ~jnp.all(jnp.stack([jnp.all(_sane(getattr(data, f))) for f in inputs]))
     # a non-finite state on entry (a NaN initial state) is computed with as qpos0 at rest, and flagged: its
     # NaN would otherwise reach the derivatives of parameters the worlds share (0 * NaN)
     bad_qpos_in, bad_qvel_in = ~_all_finite(data.qpos), ~_all_finite(data.qvel, data.act)
     bad_state_in = bad_qpos_in | bad_qvel_in
     data = data.replace(
-        **{f: _finite_or_zero(getattr(data, f)) for f in inputs},  # a zero mocap_quat reads as the identity
+        **{f: _sane_or_zero(getattr(data, f)) for f in inputs},  # a zero mocap_quat reads as the identity
         qpos=jnp.where(bad_state_in, model.qpos0.astype(data.qpos.dtype), data.qpos),
         qvel=jnp.where(bad_state_in, 0.0, data.qvel),
         act=jnp.where(bad_state_in, 0.0, data.act),

@@ -63,7 +63,7 @@ class WarningKind(IntEnum):
     larger than `opt.maxval` in magnitude (MuJoCo's mjMAXVAL, 1e10).
     """
 
-    BAD_INPUT = 0  # non-finite ctrl, qfrc_applied, xfrc_applied, mocap_pos or mocap_quat (zeroed before use)
+    BAD_INPUT = 0  # ctrl, qfrc_applied, xfrc_applied, mocap_pos or mocap_quat non-finite or beyond sqrt(dtype max) (zeroed)
     BAD_QPOS = 1
     BAD_QVEL = 2
     BAD_QACC = 3
