@@ -437,10 +437,6 @@ def _ncp_efc(model: Model, rows: constraint.UnitRows, sol: ncp.Solution):
     return force, J, pos, mask
 
 
-def _all_finite(*arrays) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(a)) for a in arrays]))
-
-
 def _sane(x: jax.Array) -> jax.Array:
     """Entries of an input a step can compute with: finite, and beneath the square root of the dtype's
     largest number (a float32 force of 1e30 made inf inside the step, and 0 * inf = NaN in its backward
@@ -465,8 +461,8 @@ def step(model: Model, data: Data) -> Data:
     Per-world checks (counted in `data.warning`, see `WarningKind`): a world with
     controls, applied forces or mocap poses that are non-finite or beyond the square root of
     the dtype's largest number (BAD_INPUT; they are zeroed before use, so gradients w.r.t.
-    shared parameters stay finite), a non-finite state on entry (computed with as qpos0 at
-    rest, for the same reason), or whose acceleration or new state
+    shared parameters stay finite), a state on entry that is non-finite or beyond `opt.maxval`
+    (computed with as qpos0 at rest, for the same reason), or whose acceleration or new state
     is non-finite or beyond `opt.maxval` (BAD_QACC, BAD_QPOS, BAD_QVEL) gets
     `diverged=True` and keeps its last good state (and time), or, with
     `opt.auto_reset`, restarts from qpos0 at rest (its time runs on). A solver that
@@ -486,9 +482,10 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
     given = data  # the world's inputs and state as they came: the held state of a bad world, the returned inputs
     inputs = ("ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
     bad_input = ~jnp.all(jnp.stack([jnp.all(_sane(getattr(data, f))) for f in inputs]))
-    # a non-finite state on entry (a NaN initial state) is computed with as qpos0 at rest, and flagged: its
-    # NaN would otherwise reach the derivatives of parameters the worlds share (0 * NaN)
-    bad_qpos_in, bad_qvel_in = ~_all_finite(data.qpos), ~_all_finite(data.qvel, data.act)
+    # a bad state on entry (a NaN initial state: MuJoCo's mj_checkPos, mj_checkVel) is computed with as qpos0
+    # at rest, and flagged: its NaN would otherwise reach the derivatives of parameters the worlds share (0 * NaN)
+    maxval = model.opt.maxval
+    bad_qpos_in, bad_qvel_in = _bad(data.qpos, maxval), _bad(data.qvel, maxval) | _bad(data.act, maxval)
     bad_state_in = bad_qpos_in | bad_qvel_in
     data = data.replace(
         **{f: _sane_or_zero(getattr(data, f)) for f in inputs},  # a zero mocap_quat reads as the identity
@@ -511,7 +508,6 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         new, substeps, completed = adaptive.advance(model, data, forward)
     else:
         raise ValueError(f"unknown integrator {integrator!r}")
-    maxval = model.opt.maxval
     fired = jnp.stack([
         bad_input,
         bad_qpos_in | _bad(new.qpos, maxval),
