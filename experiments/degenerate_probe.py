@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxsim_ncp as jsn
+from jaxsim_ncp import math as jm
 
 SIZES = {"box": "0.1 0.1 0.1", "sph": "0.1", "cap": "0.05 0.1", "cyl": "0.1 0.1", "ell": "0.1 0.07 0.05"}
 THIN_SIZES = {"box": "0.1 0.1 1e-5", "sph": "0.1", "cap": "0.05 1e-6", "cyl": "0.1 1e-5", "ell": "0.1 0.1 1e-4"}
@@ -51,15 +52,7 @@ def scene(sizes: dict[str, str]) -> str:
 
 
 def _quat(axis, angle: float) -> np.ndarray:
-    a = np.asarray(axis, float) / np.linalg.norm(axis)
-    return np.r_[np.cos(angle / 2), np.sin(angle / 2) * a]
-
-
-def _mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    w1, x1, y1, z1 = a
-    w2, x2, y2, z2 = b
-    return np.r_[w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                 w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2]  # fmt: skip
+    return np.asarray(jm.axis_angle_to_quat(np.asarray(axis, float), np.asarray(angle)))
 
 
 I = np.r_[1.0, 0, 0, 0]
@@ -75,7 +68,7 @@ def configurations() -> dict[str, dict]:
         "touching": base,
         "edge": dict(base, box=([0, 0, 0.1 * r2], tilt), cyl=([3, 0, 0.1 * r2], tilt),  # a box edge, a rim
                      cap=([2, 0, 0.05], _quat([1, 0, 0], np.pi / 2)), ell=([4, 0, 0.07], _quat([1, 0, 0], np.pi / 2))),
-        "corner": dict(base, box=([0, 0, 0.1 * np.sqrt(3)], _mul(_quat([0, 1, 0], np.arctan(1 / r2)), tilt)),
+        "corner": dict(base, box=([0, 0, 0.1 * np.sqrt(3)], np.asarray(jm.quat_mul(_quat([0, 1, 0], np.arctan(1 / r2)), tilt))),
                        cyl=([3, 0, 0.1 * r2], _quat([0, 1, 0], np.pi / 4))),
         "coincident": dict(base, sph=([0, 0, 0.1], I), cap=([3, 0, 0.1], I), ell=([3, 0, 0.1], I)),
         "stacked": dict(base, sph=([0, 0, 0.3], I), cap=([0, 0, 0.45], I), ell=([3, 0, 0.25], I)),
