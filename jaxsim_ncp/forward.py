@@ -533,7 +533,7 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
                     jnp.zeros_like(data.qacc_warmstart), recorded, passive.initial_plastic(model))  # fmt: skip
         diverged = data.diverged
-    else:  # freeze at the last good state (a state non-finite on entry stays as it came)
+    else:  # freeze at the last good state (a state bad on entry stays as it came)
         fallback = (given.qpos, given.qvel, given.act, data.time, data.qacc_warmstart, data.history, data.plastic)
         diverged = data.diverged | bad
     warm = new.qacc_warmstart if integrator == "rk4" else data.qacc  # the last forward's qacc (RK4: its last stage's)
