@@ -11,7 +11,7 @@ Workloads, built by the benchmarks' own code for the MJX test humanoid (float32)
 `bench_contact.batched_rollout` over B worlds (T = 100 for B < 64, else 20); ``h4fwdB`` = the same for
 the four humanoids (T = 20); ``grad`` =
 `bench_grad.build`'s configuration (e), the 100-step implicit gradient at MJX's settings; ``gradB`` =
-the same over B worlds (T = 20 for B >= 16); ``ncpB`` = ``fwdB`` with the NCP solver (T = 20, or 5 for
+the same over B worlds (T = 20 for B >= 16); ``gradcK`` = ``grad`` with `rollout(checkpoint=K)`; ``ncpB`` = ``fwdB`` with the NCP solver (T = 20, or 5 for
 B >= 64).
 
     .venv/bin/python experiments/bench_ab.py HEAD~1 HEAD
@@ -74,20 +74,20 @@ def workloads(pkg: str, names: list[str]) -> dict:
         elif w.startswith("ncp"):
             batch = int(w[3:])
             out[w] = batched_rollout("humanoid", "ours", batch, 20 if batch < 64 else 5, seed=0, options=dict(solver="ncp"))
-        elif w.startswith("grad"):
-            batch = int(w[4:] or 1)
+        elif w.startswith("grad"):  # gradB, or gradcK: the 100-step gradient with rollout(checkpoint=K)
+            batch, checkpoint = (1, int(w[5:])) if w.startswith("gradc") else (int(w[4:] or 1), 0)
             fn, args = build("humanoid", "implicit1", solver_settings(None, "humanoid", full=False), 100 if batch < 16 else 20,
-                             batch, 0, 0)
+                             batch, 0, checkpoint)
             out[w] = (jax.jit(fn), args)
         else:
-            raise ValueError(f"unknown workload {w!r} (fwdB, h4fwdB, ncpB, grad or gradB)")
+            raise ValueError(f"unknown workload {w!r} (fwdB, h4fwdB, ncpB, grad, gradB or gradcK)")
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("refs", nargs=2, help="two git refs (or WORKTREE): A, then B")
-    parser.add_argument("--work", default="fwd1,fwd256,grad", help="comma-separated: fwdB (B worlds), h4fwdB, ncpB, grad, gradB")
+    parser.add_argument("--work", default="fwd1,fwd256,grad", help="comma-separated: fwdB (B worlds), h4fwdB, ncpB, grad, gradB, gradcK")
     parser.add_argument("--repeats", type=int, default=60, help="timed calls per version and workload")
     args = parser.parse_args()
     work = args.work.split(",")
@@ -97,12 +97,14 @@ def main() -> None:
         built = [workloads(p, work) for p in pkgs]
         print(f"A = {args.refs[0]}, B = {args.refs[1]}; ms per call: min / mean of the fastest fifth / median")
         for w in work:
-            compiled, compile_s = [], []
+            compiled, compile_s, temp_mb = [], [], []
             for b in built:
                 fn, call_args = b[w]
                 t0 = time.perf_counter()
                 c = fn.lower(*call_args).compile()
                 compile_s.append(time.perf_counter() - t0)
+                mem = c.memory_analysis()
+                temp_mb.append(float("nan") if mem is None else mem.temp_size_in_bytes / 1e6)
                 jax.block_until_ready(c(*call_args))
                 compiled.append((c, call_args))
             times = [[], []]
@@ -112,7 +114,7 @@ def main() -> None:
                     jax.block_until_ready(c(*call_args))
                     times[k].append(time.perf_counter() - t0)
             fifth = [np.mean(np.sort(t)[: max(1, args.repeats // 5)]) * 1e3 for t in times]
-            cols = [f"{'AB'[k]} {np.min(t) * 1e3:8.2f} / {fifth[k]:8.2f} / {np.median(t) * 1e3:8.2f} (compile {compile_s[k]:4.1f} s)"
+            cols = [f"{'AB'[k]} {np.min(t) * 1e3:8.2f} / {fifth[k]:8.2f} / {np.median(t) * 1e3:8.2f} (compile {compile_s[k]:4.1f} s, temp {temp_mb[k]:.1f} MB)"
                     for k, t in enumerate(times)]
             print(f"{w:8s} {'   '.join(cols)}   B/A {fifth[1] / fifth[0]:.3f}", flush=True)
 

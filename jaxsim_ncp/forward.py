@@ -493,6 +493,44 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         qvel=jnp.where(bad_state_in, 0.0, data.qvel),
         act=jnp.where(bad_state_in, 0.0, data.act),
     )
+    entry = jnp.stack([bad_input, bad_qpos_in, bad_qvel_in, invalid_model])
+    (new, substeps, raw, recorded, fresh), discard = adjoint.discarding(_advance)(model, data, entry)
+    fired = raw & ~data.diverged  # a frozen world checks nothing more
+    warning = data.warning + fired.astype(jnp.int32)
+    warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
+    if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
+        fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
+                    jnp.zeros_like(data.qacc_warmstart), recorded, passive.initial_plastic(model))  # fmt: skip
+        diverged = data.diverged
+    else:  # freeze at the last good state (a state bad on entry stays as it came)
+        fallback = (given.qpos, given.qvel, given.act, data.time, data.qacc_warmstart, data.history, data.plastic)
+        diverged = discard
+    qpos, qvel, act, time, warmstart, buffers, plastic = (jnp.where(discard, f, n) for f, n in zip(fallback, fresh))
+    return new.replace(
+        plastic=plastic,
+        qpos=qpos,
+        qvel=qvel,
+        act=act,
+        time=time,
+        qacc_warmstart=warmstart,
+        history=buffers,
+        **{f: getattr(given, f) for f in inputs},
+        diverged=diverged,
+        warning=warning,
+        warning_time=warning_time,
+        substeps=substeps,
+    )
+
+
+@jax.jit
+def _advance(model: Model, data: Data, entry: jax.Array):
+    """The step a world computes: forward, the integrator, the history buffers and plasticity.
+
+    entry: the checks made before (bad input, bad qpos or qvel on entry, a bad model). Returns
+    ((new, substeps, raw, recorded, fresh), discard): raw holds every `WarningKind` check, a frozen
+    world's included; fresh the state's next values; discard whether the world keeps another state
+    instead (diverged before, or now). `step` differentiates it through `adjoint.discarding`."""
+    bad_input, bad_qpos_in, bad_qvel_in, invalid_model = entry
     data = forward(model, data)
     integrator = model.opt.integrator
     substeps, completed = jnp.ones((), jnp.int32), jnp.ones((), bool)
@@ -508,7 +546,8 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         new, substeps, completed = adaptive.advance(model, data, forward)
     else:
         raise ValueError(f"unknown integrator {integrator!r}")
-    fired = jnp.stack([
+    maxval = model.opt.maxval
+    raw = jnp.stack([
         bad_input,
         bad_qpos_in | _bad(new.qpos, maxval),
         bad_qvel_in | _bad(new.qvel, maxval) | _bad(new.act, maxval),
@@ -518,10 +557,7 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
         data.contact.overflow,
         invalid_model,
     ])  # fmt: skip
-    fired = fired & ~data.diverged  # a frozen world checks nothing more
-    warning = data.warning + fired.astype(jnp.int32)
-    warning_time = jnp.where(fired & (data.warning == 0), data.time, data.warning_time)
-    bad = jnp.any(fired[:4]) | fired[WarningKind.INTEGRATOR] | fired[WarningKind.BAD_MODEL]
+    bad = jnp.any(raw[:4]) | raw[WarningKind.INTEGRATOR] | raw[WarningKind.BAD_MODEL]
     # the history buffers record the controls and the buffered sensors' current values, which
     # sensordata does not hold for a delayed sensor (mj_advance recomputes them too)
     buffered = tuple(b.index for b in history.sensor_buffers(model))
@@ -529,31 +565,10 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
     if buffered and model.opt.disabled("sensor"):
         values = history.unrefreshed(model, data, values)
     recorded = history.record(model, data, values)
-    if model.opt.auto_reset:  # restart from qpos0 at rest; the clock runs on
-        fallback = (model.qpos0.astype(data.qpos.dtype), jnp.zeros_like(data.qvel), jnp.zeros_like(data.act), new.time,
-                    jnp.zeros_like(data.qacc_warmstart), recorded, passive.initial_plastic(model))  # fmt: skip
-        diverged = data.diverged
-    else:  # freeze at the last good state (a state bad on entry stays as it came)
-        fallback = (given.qpos, given.qvel, given.act, data.time, data.qacc_warmstart, data.history, data.plastic)
-        diverged = data.diverged | bad
     warm = new.qacc_warmstart if integrator == "rk4" else data.qacc  # the last forward's qacc (RK4: its last stage's)
     plastic = passive.plasticity(model, data, new.qpos)  # the springs yield at the new configuration
     fresh = (new.qpos, new.qvel, new.act, new.time, warm, recorded, plastic)
-    qpos, qvel, act, time, warmstart, buffers, plastic = (jnp.where(bad | data.diverged, f, n) for f, n in zip(fallback, fresh))
-    return new.replace(
-        plastic=plastic,
-        qpos=qpos,
-        qvel=qvel,
-        act=act,
-        time=time,
-        qacc_warmstart=warmstart,
-        history=buffers,
-        **{f: getattr(given, f) for f in inputs},
-        diverged=diverged,
-        warning=warning,
-        warning_time=warning_time,
-        substeps=substeps,
-    )
+    return (new, substeps, raw, recorded, fresh), data.diverged | bad
 
 
 @linalg.full_precision

@@ -398,15 +398,16 @@ MOCAP_PUSH = """
 
 
 def test_a_world_with_a_bad_input_or_initial_state_leaves_the_shared_gradient_finite_and_unchanged():
-    """A NaN mocap pose, a NaN initial velocity or a float32 force of 1e30 (finite, but inf inside
-    the step) in one world is flagged there (BAD_INPUT, BAD_QVEL), and the gradient of the batch's
-    loss w.r.t. a parameter the worlds share is the clean world's alone. Before, NaN reached it
-    through 0 * NaN in the bad world's backward pass, even with that world's loss masked out."""
+    """A NaN mocap pose, a NaN initial velocity, a float32 force of 1e30 (beyond the inputs' bound) or
+    a torque of 1.8e19 (within it, but inf inside the step) in one world is flagged there (BAD_INPUT,
+    BAD_QVEL, BAD_QACC), and the gradient of the batch's loss w.r.t. a parameter the worlds share is
+    the clean world's alone. Before, NaN reached it through 0 * NaN or 0 * inf in the bad world's
+    backward pass, even with that world's loss masked out."""
     model = jsn.load_mjcf(MOCAP_PUSH, dtype=jnp.float32)
     data = jsn.make_data(model)
-    mocap_pos = jnp.stack([data.mocap_pos] * 4)
-    qvel = jnp.stack([data.qvel.at[0].set(-0.2)] * 4)
-    force = jnp.zeros((4, model.nv), jnp.float32)
+    mocap_pos = jnp.stack([data.mocap_pos] * 5)
+    qvel = jnp.stack([data.qvel.at[0].set(-0.2)] * 5)
+    force = jnp.zeros((5, model.nv), jnp.float32)
 
     def batch_loss(friction, mocap_pos, qvel, force, weight):
         def world(mocap_pos, qvel, force):
@@ -419,12 +420,13 @@ def test_a_world_with_a_bad_input_or_initial_state_leaves_the_shared_gradient_fi
         return jnp.sum(weight * losses), final
 
     grad = jax.jit(jax.grad(batch_loss, has_aux=True))
-    clean, _ = grad(model.geom_friction, mocap_pos, qvel, force, jnp.array([1.0, 0.0, 0.0, 0.0]))
+    clean, _ = grad(model.geom_friction, mocap_pos, qvel, force, jnp.array([1.0, 0.0, 0.0, 0.0, 0.0]))
     dirty, final = grad(model.geom_friction, mocap_pos.at[1, 0, 0].set(jnp.nan), qvel.at[2, 1].set(jnp.nan),
-                        force.at[3, 0].set(1e30), jnp.ones(4))  # fmt: skip
-    assert np.asarray(final.diverged).tolist() == [False, True, True, True]
-    assert np.asarray(final.warning[:, jsn.WarningKind.BAD_INPUT]).tolist() == [0, 1, 0, 1]
+                        force.at[3, 0].set(1e30).at[4, 4].set(1.8e19), jnp.ones(5))  # fmt: skip
+    assert np.asarray(final.diverged).tolist() == [False, True, True, True, True]
+    assert np.asarray(final.warning[:, jsn.WarningKind.BAD_INPUT]).tolist() == [0, 1, 0, 1, 0]
     assert final.warning[2, jsn.WarningKind.BAD_QVEL] == 1
+    assert final.warning[4, jsn.WarningKind.BAD_QACC] == 1
     assert np.isnan(final.qvel[2, 1])  # the state it came with is held, not replaced
     assert np.any(clean != 0.0)
     np.testing.assert_array_equal(dirty, clean)
