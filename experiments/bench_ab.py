@@ -11,8 +11,9 @@ Workloads, built by the benchmarks' own code for the MJX test humanoid (float32)
 `bench_contact.batched_rollout` over B worlds (T = 100 for B < 64, else 20); ``h4fwdB`` = the same for
 the four humanoids (T = 20); ``grad`` =
 `bench_grad.build`'s configuration (e), the 100-step implicit gradient at MJX's settings; ``gradB`` =
-the same over B worlds (T = 20 for B >= 16); ``gradcK`` = ``grad`` with `rollout(checkpoint=K)`; ``ncpB`` = ``fwdB`` with the NCP solver (T = 20, or 5 for
-B >= 64).
+the same over B worlds (T = 20 for B >= 16); ``gradcK`` = ``grad`` with `rollout(checkpoint=K)`;
+``ncpB`` = ``fwdB`` with the NCP solver (T = 20, or 5 for B >= 64). Each line also gives XLA's
+temporary memory of the compiled program.
 
     .venv/bin/python experiments/bench_ab.py HEAD~1 HEAD
     .venv/bin/python experiments/bench_ab.py main WORKTREE --work fwd1,fwd256,grad --repeats 60

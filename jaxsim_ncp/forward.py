@@ -469,7 +469,9 @@ def step(model: Model, data: Data) -> Data:
     stops at its iteration limit counts a SOLVER warning; an adaptive integrator that hits
     max_steps counts INTEGRATOR and diverges like a bad state, and so does a world whose model
     has a parameter no step can be computed with (BAD_MODEL: a model edited under jit or vmap). Every
-    decision is per world, so one bad world in a vmapped batch never changes the others.
+    decision is per world, so one bad world in a vmapped batch never changes the others. Reverse
+    mode gives the inputs of a world's discarded step a zero cotangent (`adjoint.discarding`), even
+    where the step overflowed inside.
     """
     return _checked_step(model, data, validate.invalid_parameters(model))
 
