@@ -207,9 +207,8 @@ def discarding(fn):
         kept = [i for i, u in enumerate(used) if u]
 
         def call(*read):
-            full = [jnp.zeros(jnp.shape(x), jnp.result_type(x)) for x in leaves]  # never read: any value
-            for i, x in zip(kept, read):
-                full[i] = x
+            given = dict(zip(kept, read))  # a leaf fn never reads takes any value: zeros
+            full = [given[i] if i in given else jnp.zeros(jnp.shape(x), jnp.result_type(x)) for i, x in enumerate(leaves)]
             return fn(*treedef.unflatten(full))
 
         @jax.custom_vjp

@@ -439,8 +439,7 @@ def _ncp_efc(model: Model, rows: constraint.UnitRows, sol: ncp.Solution):
 
 def _sane(x: jax.Array) -> jax.Array:
     """Entries of an input a step can compute with: finite, and beneath the square root of the dtype's
-    largest number (a float32 force of 1e30 made inf inside the step, and 0 * inf = NaN in its backward
-    pass reached the gradient of parameters the worlds share)."""
+    largest number (a float32 force of 1e30 makes inf inside the step)."""
     return jnp.abs(x) <= np.sqrt(jnp.finfo(x.dtype).max)  # NaN compares False
 
 
@@ -460,8 +459,8 @@ def step(model: Model, data: Data) -> Data:
 
     Per-world checks (counted in `data.warning`, see `WarningKind`): a world with
     controls, applied forces or mocap poses that are non-finite or beyond the square root of
-    the dtype's largest number (BAD_INPUT; they are zeroed before use, so gradients w.r.t.
-    shared parameters stay finite), a state on entry that is non-finite or beyond `opt.maxval`
+    the dtype's largest number (BAD_INPUT; they are zeroed before use, so the world's own
+    quantities stay finite), a state on entry that is non-finite or beyond `opt.maxval`
     (computed with as qpos0 at rest, for the same reason), or whose acceleration or new state
     is non-finite or beyond `opt.maxval` (BAD_QACC, BAD_QPOS, BAD_QVEL) gets
     `diverged=True` and keeps its last good state (and time), or, with
@@ -485,7 +484,9 @@ def _checked_step(model: Model, data: Data, invalid_model: jax.Array) -> Data:
     inputs = ("ctrl", "qfrc_applied", "xfrc_applied", "mocap_pos", "mocap_quat")
     bad_input = ~jnp.all(jnp.stack([jnp.all(_sane(getattr(data, f))) for f in inputs]))
     # a bad state on entry (a NaN initial state: MuJoCo's mj_checkPos, mj_checkVel) is computed with as qpos0
-    # at rest, and flagged: its NaN would otherwise reach the derivatives of parameters the worlds share (0 * NaN)
+    # at rest, and flagged, as a bad input is zeroed: the world's contacts, sensors and solver stay finite and
+    # its warnings name the cause. The gradients of shared parameters would stay finite without either: a
+    # discarded step's backward pass gives zero (`adjoint.discarding`)
     maxval = model.opt.maxval
     bad_qpos_in, bad_qvel_in = _bad(data.qpos, maxval), _bad(data.qvel, maxval) | _bad(data.act, maxval)
     bad_state_in = bad_qpos_in | bad_qvel_in
